@@ -1,0 +1,28 @@
+# cmake --install: header, shared + static libraries, the `infer` CMake package
+# (find_package(infer) gives infer::infer and infer::infer_static) and infer.pc.
+include(CMakePackageConfigHelpers)
+
+install(TARGETS infer infer_static EXPORT inferTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/infer/infer.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/infer)
+if(INFER_HAVE_CUDA)
+  install(TARGETS infer_cuda EXPORT inferTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
+
+install(EXPORT inferTargets NAMESPACE infer:: FILE inferTargets.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
+configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/inferConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/inferConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/inferConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
+
+configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/infer.pc.in ${CMAKE_CURRENT_BINARY_DIR}/infer.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/infer.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,191 @@
+// The CPU backend: the reference implementation of every op in
+// lib/core/backend.h, multithreaded over the engine's pool.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "core/threadpool.h"
+#include "cpu/kernels.h"
+#include "kv/kv_cache.h"
+#include "quant/dequant.h"
+
+namespace infer {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(ThreadPool& pool) : pool_(pool), k_(cpu::kernels()), scratch_(pool.size()) {}
+
+  const char* name() const override { return "cpu"; }
+
+  // Rows of W are split over threads; each row is converted to f32 once (if
+  // it is not f32 already) and then used for every row of x, so the weights
+  // are read once per call whatever m is.
+  void matmul(const WeightView& w, const float* x, int64_t m, float* y) override {
+    const int64_t n_in = w.n_in, n_out = w.n_out;
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_in * m));
+    pool_.run([&](int tid, int nth) {
+      const int64_t chunks = (n_out + grain - 1) / grain;
+      const int64_t c0 = chunks * tid / nth, c1 = chunks * (tid + 1) / nth;
+      if (c0 >= c1) return;
+      std::vector<float>& buf = scratch(tid, n_in);
+      for (int64_t r = c0 * grain; r < std::min(n_out, c1 * grain); ++r) {
+        const float* wr = row_f32(w, r, buf.data());
+        for (int64_t i = 0; i < m; ++i) y[i * n_out + r] = k_.dot_f32(x + i * n_in, wr, n_in);
+      }
+    });
+  }
+
+  void get_rows(const WeightView& w, const int32_t* ids, int64_t m, float* out) override {
+    for (int64_t i = 0; i < m; ++i) {
+      float* dst = out + i * w.n_in;
+      const float* src = row_f32(w, ids[i], dst);
+      if (src != dst) std::memcpy(dst, src, sizeof(float) * w.n_in);
+    }
+  }
+
+  void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) override {
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * n;
+      float* yi = y + i * n;
+      float ss = k_.dot_f32(xi, xi, n);
+      const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+      for (int64_t j = 0; j < n; ++j) yi[j] = weight[j] * (scale * xi[j]);
+    }
+  }
+
+  void rope(float* x, int64_t m, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) override {
+    const int half = p.n_rot / 2;
+    std::vector<float> cs(static_cast<size_t>(2 * half));
+    for (int64_t t = 0; t < m; ++t) {
+      const float fpos = static_cast<float>(pos[t]) * p.pos_scale;
+      for (int i = 0; i < half; ++i) {
+        const float theta = fpos * p.inv_freq[i];
+        cs[2 * i] = std::cos(theta);
+        cs[2 * i + 1] = std::sin(theta);
+      }
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * static_cast<int64_t>(head_dim);
+        for (int i = 0; i < half; ++i) {
+          // Pair (a, b) rotates by theta: (a cos - b sin, a sin + b cos).
+          const int ia = p.neox ? i : 2 * i;
+          const int ib = p.neox ? i + half : 2 * i + 1;
+          const float a = v[ia], b = v[ib], c = cs[2 * i], s = cs[2 * i + 1];
+          v[ia] = a * c - b * s;
+          v[ib] = a * s + b * c;
+        }
+      }
+    }
+  }
+
+  void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];  // silu(g) * up
+    }
+  }
+
+  void add(float* x, const float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+
+  void kv_write(KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) override {
+    const KvLayout& L = kv.layout();
+    const int hd = L.head_dim, bs = L.block_size;
+    for (int64_t t = 0; t < b.n_tokens; ++t) {
+      const auto& table = kv.block_table(b.slot[t]);
+      const int p = b.pos[t];
+      const int blk = table[p / bs], off = p % bs;
+      float* kb = kv.k_block(layer, blk);
+      float* vb = kv.v_block(layer, blk);
+      for (int h = 0; h < L.n_kv_heads; ++h) {
+        const size_t dst = (static_cast<size_t>(h) * bs + off) * hd;
+        std::memcpy(kb + dst, k + t * L.kv_dim() + h * hd, sizeof(float) * hd);
+        std::memcpy(vb + dst, v + t * L.kv_dim() + h * hd, sizeof(float) * hd);
+      }
+    }
+  }
+
+  // One (token, head) pair per work item: scores over the sequence's
+  // positions block by block, a numerically stable softmax, then the
+  // probability-weighted sum of V.
+  void attention(const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head, float scale,
+                 float* out) override {
+    const KvLayout& L = kv.layout();
+    const int hd = L.head_dim, bs = L.block_size;
+    const int group = n_head / L.n_kv_heads;
+    const int64_t items = b.n_tokens * n_head;
+    pool_.run([&](int tid, int nth) {
+      const int64_t i0 = items * tid / nth, i1 = items * (tid + 1) / nth;
+      for (int64_t it = i0; it < i1; ++it) {
+        const int64_t t = it / n_head;
+        const int h = static_cast<int>(it % n_head), kvh = h / group;
+        const int n_pos = b.pos[t] + 1;
+        const auto& table = kv.block_table(b.slot[t]);
+        const float* qh = q + (t * n_head + h) * hd;
+        std::vector<float>& sc = scratch(tid, n_pos);
+        float mx = -INFINITY;
+        for (int p0 = 0; p0 < n_pos; p0 += bs) {
+          const float* kb = kv.k_block(layer, table[p0 / bs]) + static_cast<size_t>(kvh) * bs * hd;
+          const int n = std::min(bs, n_pos - p0);
+          for (int j = 0; j < n; ++j) {
+            const float s = k_.dot_f32(qh, kb + j * hd, hd) * scale;
+            sc[p0 + j] = s;
+            mx = std::max(mx, s);
+          }
+        }
+        float sum = 0.0f;
+        for (int p = 0; p < n_pos; ++p) {
+          sc[p] = std::exp(sc[p] - mx);
+          sum += sc[p];
+        }
+        const float inv = 1.0f / sum;
+        float* oh = out + (t * n_head + h) * hd;
+        std::fill(oh, oh + hd, 0.0f);
+        for (int p0 = 0; p0 < n_pos; p0 += bs) {
+          const float* vb = kv.v_block(layer, table[p0 / bs]) + static_cast<size_t>(kvh) * bs * hd;
+          const int n = std::min(bs, n_pos - p0);
+          for (int j = 0; j < n; ++j) k_.axpy_f32(sc[p0 + j] * inv, vb + j * hd, oh, hd);
+        }
+      }
+    });
+  }
+
+ private:
+  // A thread's scratch buffer with room for at least n floats.
+  std::vector<float>& scratch(int tid, int64_t n) {
+    std::vector<float>& s = scratch_[tid];
+    if (static_cast<int64_t>(s.size()) < n) s.resize(static_cast<size_t>(n));
+    return s;
+  }
+
+  // Row r of w as f32: a pointer into the weights for f32, else converted into buf.
+  const float* row_f32(const WeightView& w, int64_t r, float* buf) const {
+    const uint8_t* src = w.row(r);
+    switch (w.type) {
+      case DType::F32:
+        return reinterpret_cast<const float*>(src);
+      case DType::F16:
+        k_.f16_to_f32(reinterpret_cast<const uint16_t*>(src), buf, w.n_in);
+        return buf;
+      default:
+        dequantize_row(w.type, src, buf, w.n_in);
+        return buf;
+    }
+  }
+
+  ThreadPool& pool_;
+  const cpu::Kernels& k_;
+  std::vector<std::vector<float>> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool) { return std::make_unique<CpuBackend>(pool); }
+
+}  // namespace infer

@@ -1,0 +1,407 @@
+/*
+ * libinfer: an embeddable LLM inference library.  THE public API, plain C99.
+ *
+ * Conventions (like SQLite, zstd and libcurl):
+ *  - Opaque handles with explicit lifecycles: infer_model (immutable weights and
+ *    vocabulary), infer_engine (KV cache + scheduler, many sequences),
+ *    infer_request (one generation).
+ *  - Every fallible call returns infer_status (INFER_OK = 0). The message of
+ *    the last failure on the calling thread is infer_last_error().
+ *  - Parameter structs are passed by pointer, begin with `uint32_t struct_size`
+ *    and are filled with defaults by their infer_*_params_init() function;
+ *    fields are only ever appended, so old callers keep working.
+ *  - The library never aborts, never exits and never prints: log messages go
+ *    to the callback installed with infer_set_log_callback (none by default).
+ *  - Output strings and arrays go into caller buffers; when a buffer is too
+ *    small the call returns INFER_ERR_BUFFER_TOO_SMALL and reports the size
+ *    it needs, so the caller can retry.
+ *
+ * Thread safety:
+ *  - Global functions (version, status strings, log callback setup) may be
+ *    called from any thread. infer_last_error() is per thread.
+ *  - infer_model: immutable once loaded; every function taking a
+ *    `const infer_model *` may be called concurrently from many threads, and
+ *    one model may back many engines. Free it only after every engine built
+ *    on it is freed.
+ *  - infer_engine and the infer_request handles it created: NOT thread-safe
+ *    in this version. Use an engine (and its requests) from one thread at a
+ *    time; distinct engines may run concurrently on distinct threads. Token
+ *    callbacks run on the thread that calls infer_engine_step/run.
+ */
+#ifndef INFER_INFER_H
+#define INFER_INFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(INFER_BUILDING_LIBRARY)
+#define INFER_API __attribute__((visibility("default")))
+#else
+#define INFER_API
+#endif
+
+/* ---- version ------------------------------------------------------------ */
+
+#define INFER_VERSION_MAJOR 0
+#define INFER_VERSION_MINOR 1
+#define INFER_VERSION_PATCH 0
+#define INFER_VERSION_NUMBER (INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH)
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked. */
+INFER_API const char *infer_version(void);
+/* MAJOR*10000 + MINOR*100 + PATCH of the library actually linked. */
+INFER_API uint32_t infer_version_number(void);
+
+/* ---- status and errors ---------------------------------------------------- */
+
+typedef enum infer_status {
+  INFER_OK = 0,
+  INFER_ERR_IO = 1,               /* a file could not be opened, read or written */
+  INFER_ERR_FORMAT = 2,           /* malformed, truncated or hostile input data */
+  INFER_ERR_UNSUPPORTED = 3,      /* valid input this build does not handle */
+  INFER_ERR_OUT_OF_MEMORY = 4,    /* an allocation or the KV budget was exhausted */
+  INFER_ERR_INVALID_ARGUMENT = 5, /* a bad parameter, handle or token id */
+  INFER_ERR_CANCELLED = 6,        /* the operation was cancelled */
+  INFER_ERR_BACKEND = 7,          /* the compute backend failed */
+  INFER_ERR_INTERNAL = 8,         /* a bug: please report it */
+  INFER_ERR_BUFFER_TOO_SMALL = 9, /* retry with the size reported */
+  INFER_ERR_NOT_FOUND = 10,       /* a key or item does not exist */
+  INFER_ERR_BUSY = 11             /* the object is in use */
+} infer_status;
+
+/* Static English name of a status; never NULL. */
+INFER_API const char *infer_status_string(infer_status status);
+/* Message of the last failed call on this thread ("" if none). Valid until
+ * the next infer_* call on this thread. */
+INFER_API const char *infer_last_error(void);
+
+/* ---- logging ------------------------------------------------------------------ */
+
+typedef enum infer_log_level {
+  INFER_LOG_DEBUG = 0,
+  INFER_LOG_INFO = 1,
+  INFER_LOG_WARN = 2,
+  INFER_LOG_ERROR = 3
+} infer_log_level;
+
+typedef void (*infer_log_fn)(infer_log_level level, const char *message, void *user_data);
+
+/* Installs the process-wide log sink (NULL: silent, the default). Messages
+ * below min_level are dropped. The callback may be called from any thread. */
+INFER_API void infer_set_log_callback(infer_log_fn fn, void *user_data, infer_log_level min_level);
+
+/* Frees memory the library allocated for the caller (infer_generate's text). */
+INFER_API void infer_free(void *ptr);
+
+/* ---- models -------------------------------------------------------------------- */
+
+typedef struct infer_model infer_model;
+
+typedef enum infer_backend {
+  INFER_BACKEND_AUTO = 0, /* the best available (CPU in this version) */
+  INFER_BACKEND_CPU = 1,
+  INFER_BACKEND_CUDA = 2
+} infer_backend;
+
+typedef struct infer_model_params {
+  uint32_t struct_size;
+  infer_backend backend; /* default AUTO */
+  int32_t use_mmap;      /* default 1: map the file read-only instead of reading it */
+  int32_t vocab_only;    /* default 0: 1 loads only the tokenizer (tensors may be absent) */
+} infer_model_params;
+
+INFER_API void infer_model_params_init(infer_model_params *params);
+
+/* Loads a GGUF model. params may be NULL (defaults). On failure *out is NULL
+ * and the status says why (IO, FORMAT, UNSUPPORTED, OUT_OF_MEMORY). */
+INFER_API infer_status infer_model_load(const char *path, const infer_model_params *params,
+                                        infer_model **out);
+/* NULL is accepted. */
+INFER_API void infer_model_free(infer_model *model);
+
+typedef struct infer_model_info {
+  uint32_t struct_size;
+  const char *architecture;    /* "llama"; owned by the model */
+  const char *name;            /* general.name or "" */
+  const char *tokenizer;       /* tokenizer.ggml.model, e.g. "llama" */
+  int32_t n_vocab;
+  int32_t n_ctx_train;         /* context length from the metadata */
+  int32_t n_embd;
+  int32_t n_layer;
+  int32_t n_head;
+  int32_t n_head_kv;
+  int32_t n_ff;
+  int32_t n_rot;               /* rotary dimensions */
+  float rope_freq_base;
+  float rms_norm_eps;
+  uint64_t n_params;           /* parameters in all tensors */
+  uint64_t n_bytes;            /* bytes of all tensors */
+  int32_t n_tensors;
+  int32_t bos_token;           /* -1 when none */
+  int32_t eos_token;           /* -1 when none */
+  int32_t vocab_only;
+} infer_model_info;
+
+/* Fills *info (set info->struct_size first; infer_model_info_init does). */
+INFER_API void infer_model_info_init(infer_model_info *info);
+INFER_API infer_status infer_model_get_info(const infer_model *model, infer_model_info *info);
+
+/* A metadata value rendered as text (numbers in decimal, arrays as
+ * "[a, b, ...]"). NOT_FOUND when the key is absent. *needed (if not NULL)
+ * receives the size including the terminating NUL. */
+INFER_API infer_status infer_model_meta(const infer_model *model, const char *key, char *buf,
+                                        size_t buf_size, size_t *needed);
+
+typedef struct infer_tensor_info {
+  uint32_t struct_size;
+  const char *name;  /* owned by the model */
+  const char *type;  /* "f32", "q4_0", ... */
+  int32_t n_dims;
+  int64_t dims[4];   /* dims[0] is the row length */
+  uint64_t n_bytes;
+} infer_tensor_info;
+
+INFER_API int32_t infer_model_tensor_count(const infer_model *model);
+INFER_API infer_status infer_model_tensor(const infer_model *model, int32_t index,
+                                          infer_tensor_info *info);
+
+/* ---- tokens ------------------------------------------------------------------------ */
+
+/* Text to token ids. add_bos: 1 prepend BOS, 0 not, -1 as the vocabulary
+ * says. parse_special: 1 turns special-token text like "<s>" into its id.
+ * Writes at most `capacity` ids; *n_tokens receives the number produced, and
+ * BUFFER_TOO_SMALL is returned (nothing lost: retry) when capacity was short.
+ * Invalid UTF-8 is not an error: each invalid byte becomes its byte token. */
+INFER_API infer_status infer_tokenize(const infer_model *model, const char *text, size_t text_len,
+                                      int32_t add_bos, int32_t parse_special, int32_t *tokens,
+                                      size_t capacity, size_t *n_tokens);
+
+/* Token ids to text (UTF-8, NUL-terminated). render_special: 1 writes control
+ * tokens like "<s>" too. *needed receives the byte count including the NUL. */
+INFER_API infer_status infer_detokenize(const infer_model *model, const int32_t *tokens,
+                                        size_t n_tokens, int32_t render_special, char *buf,
+                                        size_t buf_size, size_t *needed);
+
+/* The bytes one token stands for (not NUL-terminated, may be a partial UTF-8
+ * sequence). */
+INFER_API infer_status infer_token_piece(const infer_model *model, int32_t token, char *buf,
+                                         size_t buf_size, size_t *n_bytes);
+
+/* 1 if the token ends generation (EOS/EOT), 0 otherwise. */
+INFER_API int32_t infer_token_is_eog(const infer_model *model, int32_t token);
+
+/* ---- engines ---------------------------------------------------------------------------- */
+
+typedef struct infer_engine infer_engine;
+typedef struct infer_request infer_request;
+
+typedef enum infer_kv_type {
+  INFER_KV_F32 = 0,
+  INFER_KV_F16 = 1,
+  INFER_KV_INT8 = 2
+} infer_kv_type;
+
+typedef struct infer_engine_params {
+  uint32_t struct_size;
+  int32_t n_threads;          /* default 0: all cores */
+  uint64_t kv_budget_bytes;   /* default 0: enough for max_seqs full contexts, capped at 1 GiB */
+  int32_t kv_blocks;          /* if > 0, overrides kv_budget_bytes */
+  int32_t kv_block_size;      /* tokens per block, default 16 */
+  infer_kv_type kv_type;      /* default F32 */
+  int32_t max_seqs;           /* sequences decoded together, default 16 */
+  int32_t max_batch_tokens;   /* tokens per forward step, default 512 */
+  int32_t n_ctx;              /* max tokens per sequence, default 0: the model's context */
+  int32_t prefix_caching;     /* default 1 (reserved in this version) */
+} infer_engine_params;
+
+INFER_API void infer_engine_params_init(infer_engine_params *params);
+/* The engine keeps a reference to the model; the model must outlive it. */
+INFER_API infer_status infer_engine_create(infer_model *model, const infer_engine_params *params,
+                                           infer_engine **out);
+/* Cancels and releases everything; request handles stay valid until freed. */
+INFER_API void infer_engine_free(infer_engine *engine);
+
+/* ---- requests ------------------------------------------------------------------------------ */
+
+typedef struct infer_sampling_params {
+  uint32_t struct_size;
+  float temperature;         /* default 0.8; <= 0 is greedy */
+  int32_t top_k;             /* default 40; <= 0 off */
+  float top_p;               /* default 0.95; 1 off */
+  float min_p;               /* default 0.05; 0 off */
+  float repeat_penalty;      /* default 1 (off) */
+  float frequency_penalty;   /* default 0 */
+  float presence_penalty;    /* default 0 */
+  int32_t penalty_last_n;    /* default 64; -1 the whole history */
+  uint64_t seed;             /* default 0; same seed + same inputs = same output */
+  const int32_t *logit_bias_tokens; /* n_logit_bias ids ... */
+  const float *logit_bias_values;   /* ... and what to add to their logits (-INFINITY bans) */
+  size_t n_logit_bias;
+} infer_sampling_params;
+
+INFER_API void infer_sampling_params_init(infer_sampling_params *params);
+
+typedef enum infer_finish_reason {
+  INFER_FINISH_NONE = 0,      /* still running or waiting */
+  INFER_FINISH_STOP = 1,      /* an end-of-generation token or a stop string */
+  INFER_FINISH_LENGTH = 2,    /* max_tokens or the context length reached */
+  INFER_FINISH_CANCELLED = 3, /* infer_request_cancel or the callback asked */
+  INFER_FINISH_ERROR = 4      /* see infer_request_stats' status / message */
+} infer_finish_reason;
+
+/* Called for every generated token with the text it completes (complete
+ * UTF-8 only; held-back bytes of stop strings come later). Return non-zero
+ * to cancel the request. */
+typedef int32_t (*infer_token_fn)(infer_request *request, int32_t token, const char *text,
+                                  size_t text_len, void *user_data);
+
+/* Which logits to keep for infer_request_logits. */
+#define INFER_LOGITS_PROMPT 1u    /* every prompt position */
+#define INFER_LOGITS_GENERATED 2u /* every generated position */
+#define INFER_LOGITS_LOGPROBS 4u  /* store log-softmax instead of raw logits */
+
+typedef struct infer_request_params {
+  uint32_t struct_size;
+  const char *prompt;           /* UTF-8 text, or NULL when prompt_tokens is given */
+  size_t prompt_len;            /* bytes of prompt; 0 means strlen(prompt) */
+  const int32_t *prompt_tokens; /* token ids used as they are (no BOS added) */
+  size_t n_prompt_tokens;
+  int32_t add_bos;              /* text prompts: 1, 0, or -1 as the vocabulary says (default) */
+  int32_t parse_special;        /* text prompts: default 0 */
+  int32_t max_tokens;           /* default 256; 0 only scores the prompt */
+  const infer_sampling_params *sampling; /* NULL: defaults */
+  const char *const *stop;      /* stop strings; the text is cut before the match */
+  size_t n_stop;
+  int32_t ignore_eos;           /* default 0 */
+  infer_token_fn on_token;      /* may be NULL */
+  void *user_data;
+  uint32_t logits;              /* INFER_LOGITS_* flags, default 0 */
+} infer_request_params;
+
+INFER_API void infer_request_params_init(infer_request_params *params);
+
+/* Queues a request. Bad parameters (empty prompt, token ids out of range,
+ * a prompt longer than the context) fail here and nothing is queued. The
+ * handle belongs to the caller: free it with infer_request_free. */
+INFER_API infer_status infer_submit(infer_engine *engine, const infer_request_params *params,
+                                    infer_request **out);
+
+/* Runs one forward step over every active request. *n_active (if not NULL)
+ * receives how many requests are still unfinished. A failure of one request
+ * finishes that request with INFER_FINISH_ERROR; the engine stays usable. */
+INFER_API infer_status infer_engine_step(infer_engine *engine, int32_t *n_active);
+/* Steps until every request has finished. */
+INFER_API infer_status infer_engine_run(infer_engine *engine);
+
+/* Asks a request to stop; it finishes with INFER_FINISH_CANCELLED at the next
+ * step (or at once when it has not started). */
+INFER_API infer_status infer_request_cancel(infer_request *request);
+/* Releases the handle; an unfinished request is cancelled. NULL accepted. */
+INFER_API void infer_request_free(infer_request *request);
+
+typedef struct infer_request_stats {
+  uint32_t struct_size;
+  infer_finish_reason finish_reason;
+  infer_status status;         /* INFER_OK unless finish_reason is ERROR */
+  int32_t n_prompt_tokens;
+  int32_t n_cached_tokens;     /* prompt tokens served from the prefix cache */
+  int32_t n_generated_tokens;
+  double queue_ms;             /* submit -> first scheduled */
+  double ttft_ms;              /* submit -> first generated token */
+  double tpot_ms;              /* mean time per generated token after the first */
+  double total_ms;             /* submit -> finish */
+  double prefill_tokens_per_s; /* prompt tokens / prefill time */
+  double decode_tokens_per_s;  /* generated tokens after the first / decode time */
+} infer_request_stats;
+
+INFER_API void infer_request_stats_init(infer_request_stats *stats);
+INFER_API infer_status infer_request_get_stats(const infer_request *request,
+                                               infer_request_stats *stats);
+/* The generated token ids so far (pointer valid until the next step or free). */
+INFER_API infer_status infer_request_tokens(const infer_request *request, const int32_t **tokens,
+                                            size_t *n_tokens);
+/* The generated text so far, NUL-terminated (stop string excluded). */
+INFER_API infer_status infer_request_text(const infer_request *request, char *buf,
+                                          size_t buf_size, size_t *needed);
+/* Kept logits: n_rows rows of n_vocab floats, prompt positions first (when
+ * INFER_LOGITS_PROMPT), then generated ones (INFER_LOGITS_GENERATED). Row i
+ * of the prompt part is the distribution after prompt token i. Pointer valid
+ * until the next step or free. */
+INFER_API infer_status infer_request_logits(const infer_request *request, const float **data,
+                                            size_t *n_rows, size_t *n_vocab);
+/* The error message when finish_reason is INFER_FINISH_ERROR ("" otherwise). */
+INFER_API const char *infer_request_error(const infer_request *request);
+
+typedef struct infer_engine_stats {
+  uint32_t struct_size;
+  int32_t n_running;
+  int32_t n_waiting;
+  int32_t kv_blocks_total;
+  int32_t kv_blocks_used;
+  int32_t kv_block_size;
+  uint64_t kv_bytes_total;
+  uint64_t kv_bytes_used;
+  uint64_t n_steps;
+  uint64_t n_prompt_tokens;    /* processed since creation */
+  uint64_t n_generated_tokens;
+} infer_engine_stats;
+
+INFER_API void infer_engine_stats_init(infer_engine_stats *stats);
+INFER_API infer_status infer_engine_get_stats(const infer_engine *engine, infer_engine_stats *stats);
+
+/* ---- one-call convenience ---------------------------------------------------------------- */
+
+/* Generates up to max_tokens after prompt with a private engine. *out_text
+ * receives a NUL-terminated string to release with infer_free. sampling may
+ * be NULL (defaults). */
+INFER_API infer_status infer_generate(infer_model *model, const char *prompt,
+                                      const infer_sampling_params *sampling, int32_t max_tokens,
+                                      char **out_text);
+
+/* ---- tools (what the infer CLI does, for every language) ----------------------------------- */
+
+/* Converts a llama2.c checkpoint (legacy format) and its tokenizer.bin into a
+ * GGUF file. */
+INFER_API infer_status infer_convert_llama2c(const char *checkpoint_path,
+                                             const char *tokenizer_path, const char *out_path);
+
+typedef struct infer_perplexity_result {
+  uint32_t struct_size;
+  double perplexity;
+  double nll;          /* mean negative log-likelihood (nats per token) */
+  int64_t n_tokens;    /* tokens scored */
+  int32_t n_chunks;
+} infer_perplexity_result;
+
+/* Perplexity of text over non-overlapping windows of n_ctx tokens (each
+ * starting with BOS; 0 = the model's context, capped at 512). n_threads 0 =
+ * all cores. */
+INFER_API infer_status infer_perplexity(infer_model *model, const char *text, int32_t n_ctx,
+                                        int32_t n_threads, infer_perplexity_result *result);
+
+typedef struct infer_bench_result {
+  uint32_t struct_size;
+  int32_t n_prompt;
+  int32_t n_gen;
+  int32_t n_threads;
+  double prefill_ms;
+  double decode_ms;
+  double prefill_tokens_per_s;
+  double decode_tokens_per_s;
+} infer_bench_result;
+
+/* Times a prefill of n_prompt tokens then n_gen greedy decode steps (best of
+ * `repetitions` runs). */
+INFER_API infer_status infer_bench(infer_model *model, int32_t n_prompt, int32_t n_gen,
+                                   int32_t n_threads, int32_t repetitions,
+                                   infer_bench_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INFER_INFER_H */

@@ -1,0 +1,660 @@
+// The C API: handles, parameter translation and error translation. No logic
+// lives here: every call forwards to the C++ core and turns exceptions into
+// an infer_status plus a thread-local message.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "engine/tools.h"
+#include "infer/infer.h"
+#include "model/llama2c.h"
+#include "model/model.h"
+
+static_assert(static_cast<int>(infer::Status::BufferTooSmall) == INFER_ERR_BUFFER_TOO_SMALL);
+static_assert(static_cast<int>(infer::Status::Busy) == INFER_ERR_BUSY);
+static_assert(static_cast<int>(infer::FinishReason::Error) == INFER_FINISH_ERROR);
+static_assert(infer::kLogitsLogprobs == INFER_LOGITS_LOGPROBS);
+
+struct infer_model {
+  std::unique_ptr<infer::Model> model;
+  std::string arch, name, tokenizer;
+};
+
+struct infer_engine {
+  infer_model* model;
+  std::unique_ptr<infer::Engine> engine;
+};
+
+// What the token callback needs; shared with the engine's closure so a freed
+// handle is never called back.
+struct CallbackState {
+  infer_request* handle = nullptr;
+  infer_token_fn fn = nullptr;
+  void* user = nullptr;
+  bool alive = true;
+};
+
+struct infer_request {
+  std::shared_ptr<infer::Request> req;
+  std::shared_ptr<CallbackState> cb;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+infer_status fail(infer_status s, const std::string& msg) {
+  t_last_error = msg;
+  infer::log(infer::LogLevel::Debug, "api error: %s", msg.c_str());
+  return s;
+}
+
+// Runs fn, translating every exception into a status. The library never
+// lets an exception cross the C boundary.
+template <typename F>
+infer_status guarded(F&& fn) {
+  try {
+    t_last_error.clear();
+    return fn();
+  } catch (const infer::Error& e) {
+    return fail(static_cast<infer_status>(e.status()), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(INFER_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(INFER_ERR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(INFER_ERR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+#define CHECK_ARG(cond, msg)                                   \
+  do {                                                         \
+    if (!(cond)) return fail(INFER_ERR_INVALID_ARGUMENT, msg); \
+  } while (0)
+
+// Copies a string into a caller buffer (NUL-terminated), reporting the size.
+infer_status copy_out(const std::string& s, char* buf, size_t buf_size, size_t* needed) {
+  if (needed) *needed = s.size() + 1;
+  if (!buf || buf_size < s.size() + 1) {
+    if (buf && buf_size > 0) buf[0] = '\0';
+    return fail(INFER_ERR_BUFFER_TOO_SMALL,
+                infer::strformat("buffer of %zu bytes is too small: %zu needed", buf_size, s.size() + 1));
+  }
+  std::memcpy(buf, s.data(), s.size());
+  buf[s.size()] = '\0';
+  return INFER_OK;
+}
+
+// struct_size must cover at least the first field after it (the oldest
+// layout) and at most what this library knows.
+template <typename T>
+bool size_ok(const T* p) {
+  return p && p->struct_size >= sizeof(uint32_t) + 4 && p->struct_size <= sizeof(T) * 2;
+}
+
+// Reads a parameter struct written by a caller built against an older or
+// newer header: known fields present in the caller's struct are used, the
+// rest keep their defaults.
+template <typename T>
+T read_params(const T* p, void (*init)(T*)) {
+  T out;
+  init(&out);
+  if (p) std::memcpy(&out, p, std::min<size_t>(p->struct_size, sizeof(T)));
+  out.struct_size = sizeof(T);
+  return out;
+}
+
+// Copies a result struct into the caller's, which may be an older (shorter)
+// layout: only the fields the caller knows are written.
+template <typename T>
+infer_status write_out(T* dst, const T& src) {
+  const uint32_t n = std::min<uint32_t>(dst->struct_size, sizeof(T));
+  std::memcpy(dst, &src, n);
+  dst->struct_size = n;
+  return INFER_OK;
+}
+
+std::string render_value(const infer::GgufValue& v) {
+  using infer::GgufType;
+  switch (v.type) {
+    case GgufType::String: return v.s;
+    case GgufType::Bool: return v.u ? "true" : "false";
+    case GgufType::F32:
+    case GgufType::F64: return infer::strformat("%.9g", v.f);
+    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64:
+      return std::to_string(v.i);
+    case GgufType::Array: {
+      std::string s = "[";
+      for (size_t i = 0; i < v.array.size(); ++i) {
+        if (i) s += ", ";
+        s += render_value(v.array[i]);
+      }
+      return s + "]";
+    }
+    default: return std::to_string(v.u);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* infer_version(void) { return INFER_VERSION_STRING; }
+uint32_t infer_version_number(void) { return INFER_VERSION_NUMBER; }
+
+const char* infer_status_string(infer_status status) {
+  switch (status) {
+    case INFER_OK: return "ok";
+    case INFER_ERR_IO: return "I/O error";
+    case INFER_ERR_FORMAT: return "malformed input";
+    case INFER_ERR_UNSUPPORTED: return "unsupported";
+    case INFER_ERR_OUT_OF_MEMORY: return "out of memory";
+    case INFER_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case INFER_ERR_CANCELLED: return "cancelled";
+    case INFER_ERR_BACKEND: return "backend error";
+    case INFER_ERR_INTERNAL: return "internal error";
+    case INFER_ERR_BUFFER_TOO_SMALL: return "buffer too small";
+    case INFER_ERR_NOT_FOUND: return "not found";
+    case INFER_ERR_BUSY: return "busy";
+  }
+  return "unknown status";
+}
+
+const char* infer_last_error(void) { return t_last_error.c_str(); }
+
+void infer_set_log_callback(infer_log_fn fn, void* user_data, infer_log_level min_level) {
+  infer::set_log_callback(reinterpret_cast<infer::LogFn>(fn), user_data, static_cast<infer::LogLevel>(min_level));
+}
+
+void infer_free(void* ptr) { std::free(ptr); }
+
+/* ---- models ---- */
+
+void infer_model_params_init(infer_model_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->backend = INFER_BACKEND_AUTO;
+  p->use_mmap = 1;
+  p->vocab_only = 0;
+}
+
+infer_status infer_model_load(const char* path, const infer_model_params* params, infer_model** out) {
+  if (out) *out = nullptr;
+  CHECK_ARG(path && out, "infer_model_load: path and out must not be NULL");
+  CHECK_ARG(!params || size_ok(params), "infer_model_load: params->struct_size is wrong (call infer_model_params_init)");
+  const infer_model_params p = read_params(params, infer_model_params_init);
+  return guarded([&] {
+    if (p.backend == INFER_BACKEND_CUDA)
+      return fail(INFER_ERR_UNSUPPORTED, "the CUDA backend cannot run models yet in this version");
+    if (p.backend != INFER_BACKEND_AUTO && p.backend != INFER_BACKEND_CPU)
+      return fail(INFER_ERR_INVALID_ARGUMENT, "unknown backend");
+    infer::LoadOptions opts;
+    opts.use_mmap = p.use_mmap != 0;
+    opts.vocab_only = p.vocab_only != 0;
+    auto m = std::make_unique<infer_model>();
+    m->model = infer::Model::load(path, opts);
+    m->arch = m->model->config().arch;
+    m->name = m->model->config().name;
+    m->tokenizer = m->model->tokenizer().vocab().model;
+    *out = m.release();
+    return INFER_OK;
+  });
+}
+
+void infer_model_free(infer_model* model) { delete model; }
+
+void infer_model_info_init(infer_model_info* info) {
+  if (!info) return;
+  std::memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+}
+
+infer_status infer_model_get_info(const infer_model* model, infer_model_info* info) {
+  CHECK_ARG(model && info, "infer_model_get_info: model and info must not be NULL");
+  CHECK_ARG(size_ok(info), "infer_model_get_info: info->struct_size is wrong (call infer_model_info_init)");
+  const infer::ModelConfig& c = model->model->config();
+  infer_model_info o;
+  infer_model_info_init(&o);
+  o.architecture = model->arch.c_str();
+  o.name = model->name.c_str();
+  o.tokenizer = model->tokenizer.c_str();
+  o.n_vocab = c.n_vocab;
+  o.n_ctx_train = c.n_ctx_train;
+  o.n_embd = c.n_embd;
+  o.n_layer = c.n_layer;
+  o.n_head = c.n_head;
+  o.n_head_kv = c.n_head_kv;
+  o.n_ff = c.n_ff;
+  o.n_rot = c.n_rot;
+  o.rope_freq_base = c.rope_freq_base;
+  o.rms_norm_eps = c.rms_eps;
+  o.n_params = model->model->n_params();
+  o.n_bytes = model->model->n_bytes();
+  o.n_tensors = static_cast<int32_t>(model->model->gguf().tensors().size());
+  o.bos_token = model->model->tokenizer().vocab().bos;
+  o.eos_token = model->model->tokenizer().vocab().eos;
+  o.vocab_only = model->model->vocab_only() ? 1 : 0;
+  return write_out(info, o);
+}
+
+infer_status infer_model_meta(const infer_model* model, const char* key, char* buf, size_t buf_size, size_t* needed) {
+  CHECK_ARG(model && key, "infer_model_meta: model and key must not be NULL");
+  return guarded([&] {
+    const infer::GgufValue* v = model->model->gguf().find(key);
+    if (!v) return fail(INFER_ERR_NOT_FOUND, infer::strformat("no metadata key '%s'", key));
+    return copy_out(render_value(*v), buf, buf_size, needed);
+  });
+}
+
+int32_t infer_model_tensor_count(const infer_model* model) {
+  return model ? static_cast<int32_t>(model->model->gguf().tensors().size()) : 0;
+}
+
+infer_status infer_model_tensor(const infer_model* model, int32_t index, infer_tensor_info* info) {
+  CHECK_ARG(model && info && size_ok(info), "infer_model_tensor: NULL argument or wrong struct_size");
+  const auto& ts = model->model->gguf().tensors();
+  CHECK_ARG(index >= 0 && index < static_cast<int32_t>(ts.size()), "infer_model_tensor: index out of range");
+  const infer::GgufTensorInfo& t = ts[index];
+  infer_tensor_info o;
+  std::memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.name = t.name.c_str();
+  o.type = infer::dtype_name(t.type);
+  o.n_dims = static_cast<int32_t>(t.dims.size());
+  for (size_t i = 0; i < t.dims.size() && i < 4; ++i) o.dims[i] = t.dims[i];
+  o.n_bytes = t.nbytes;
+  return write_out(info, o);
+}
+
+/* ---- tokens ---- */
+
+infer_status infer_tokenize(const infer_model* model, const char* text, size_t text_len, int32_t add_bos,
+                            int32_t parse_special, int32_t* tokens, size_t capacity, size_t* n_tokens) {
+  if (n_tokens) *n_tokens = 0;
+  CHECK_ARG(model && (text || text_len == 0), "infer_tokenize: model and text must not be NULL");
+  CHECK_ARG(tokens || capacity == 0, "infer_tokenize: tokens is NULL but capacity is not 0");
+  CHECK_ARG(add_bos >= -1 && add_bos <= 1, "infer_tokenize: add_bos must be -1, 0 or 1");
+  return guarded([&] {
+    const infer::Tokenizer& tok = model->model->tokenizer();
+    const bool bos = add_bos < 0 ? tok.vocab().add_bos : add_bos != 0;
+    std::vector<int32_t> ids = tok.encode(std::string_view(text ? text : "", text_len), bos, parse_special != 0);
+    if (n_tokens) *n_tokens = ids.size();
+    if (ids.size() > capacity)
+      return fail(INFER_ERR_BUFFER_TOO_SMALL,
+                  infer::strformat("%zu tokens do not fit in a buffer of %zu", ids.size(), capacity));
+    if (!ids.empty()) std::memcpy(tokens, ids.data(), ids.size() * sizeof(int32_t));
+    return INFER_OK;
+  });
+}
+
+infer_status infer_detokenize(const infer_model* model, const int32_t* tokens, size_t n_tokens, int32_t render_special,
+                              char* buf, size_t buf_size, size_t* needed) {
+  if (needed) *needed = 0;
+  CHECK_ARG(model && (tokens || n_tokens == 0), "infer_detokenize: model and tokens must not be NULL");
+  return guarded([&] {
+    std::vector<int32_t> ids(tokens, tokens + n_tokens);
+    return copy_out(model->model->tokenizer().decode(ids, render_special != 0), buf, buf_size, needed);
+  });
+}
+
+infer_status infer_token_piece(const infer_model* model, int32_t token, char* buf, size_t buf_size, size_t* n_bytes) {
+  if (n_bytes) *n_bytes = 0;
+  CHECK_ARG(model, "infer_token_piece: model must not be NULL");
+  return guarded([&] {
+    const std::string piece = model->model->tokenizer().token_to_piece(token, true);
+    if (n_bytes) *n_bytes = piece.size();
+    if (!buf || buf_size < piece.size())
+      return fail(INFER_ERR_BUFFER_TOO_SMALL, infer::strformat("%zu bytes needed", piece.size()));
+    std::memcpy(buf, piece.data(), piece.size());
+    return INFER_OK;
+  });
+}
+
+int32_t infer_token_is_eog(const infer_model* model, int32_t token) {
+  if (!model || token < 0 || token >= model->model->config().n_vocab) return 0;
+  return model->model->tokenizer().is_eog(token) ? 1 : 0;
+}
+
+/* ---- engines ---- */
+
+void infer_engine_params_init(infer_engine_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->kv_block_size = 16;
+  p->kv_type = INFER_KV_F32;
+  p->max_seqs = 16;
+  p->max_batch_tokens = 512;
+  p->prefix_caching = 1;
+}
+
+infer_status infer_engine_create(infer_model* model, const infer_engine_params* params, infer_engine** out) {
+  if (out) *out = nullptr;
+  CHECK_ARG(model && out, "infer_engine_create: model and out must not be NULL");
+  CHECK_ARG(!params || size_ok(params), "infer_engine_create: params->struct_size is wrong");
+  const infer_engine_params p = read_params(params, infer_engine_params_init);
+  return guarded([&] {
+    if (p.kv_type != INFER_KV_F32)
+      return fail(INFER_ERR_UNSUPPORTED, "only f32 KV storage is available in this version");
+    infer::EngineParams ep;
+    ep.n_threads = p.n_threads;
+    ep.kv_budget_bytes = p.kv_budget_bytes;
+    ep.kv_blocks = p.kv_blocks;
+    ep.block_size = p.kv_block_size;
+    ep.max_seqs = p.max_seqs;
+    ep.max_batch_tokens = p.max_batch_tokens;
+    ep.n_ctx = p.n_ctx;
+    ep.prefix_caching = p.prefix_caching != 0;
+    auto e = std::make_unique<infer_engine>();
+    e->model = model;
+    e->engine = std::make_unique<infer::Engine>(*model->model, ep);
+    *out = e.release();
+    return INFER_OK;
+  });
+}
+
+void infer_engine_free(infer_engine* engine) { delete engine; }
+
+void infer_sampling_params_init(infer_sampling_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  const infer::SamplingParams d;
+  p->temperature = d.temperature;
+  p->top_k = d.top_k;
+  p->top_p = d.top_p;
+  p->min_p = d.min_p;
+  p->repeat_penalty = d.repeat_penalty;
+  p->frequency_penalty = d.frequency_penalty;
+  p->presence_penalty = d.presence_penalty;
+  p->penalty_last_n = d.penalty_last_n;
+  p->seed = d.seed;
+}
+
+void infer_request_params_init(infer_request_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->add_bos = -1;
+  p->max_tokens = 256;
+}
+
+namespace {
+
+infer::SamplingParams to_sampling(const infer_sampling_params* sp) {
+  const infer_sampling_params s = read_params(sp, infer_sampling_params_init);
+  infer::SamplingParams o;
+  o.temperature = s.temperature;
+  o.top_k = s.top_k;
+  o.top_p = s.top_p;
+  o.min_p = s.min_p;
+  o.repeat_penalty = s.repeat_penalty;
+  o.frequency_penalty = s.frequency_penalty;
+  o.presence_penalty = s.presence_penalty;
+  o.penalty_last_n = s.penalty_last_n;
+  o.seed = s.seed;
+  if (s.n_logit_bias > 0) {
+    if (!s.logit_bias_tokens || !s.logit_bias_values)
+      infer::raise(infer::Status::InvalidArgument, "n_logit_bias is %zu but the bias arrays are NULL", s.n_logit_bias);
+    for (size_t i = 0; i < s.n_logit_bias; ++i) o.logit_bias.emplace_back(s.logit_bias_tokens[i], s.logit_bias_values[i]);
+  }
+  return o;
+}
+
+}  // namespace
+
+infer_status infer_submit(infer_engine* engine, const infer_request_params* params, infer_request** out) {
+  if (out) *out = nullptr;
+  CHECK_ARG(engine && params && out, "infer_submit: engine, params and out must not be NULL");
+  CHECK_ARG(size_ok(params), "infer_submit: params->struct_size is wrong (call infer_request_params_init)");
+  const infer_request_params p = read_params(params, infer_request_params_init);
+  CHECK_ARG(!p.sampling || size_ok(p.sampling), "infer_submit: sampling->struct_size is wrong");
+  CHECK_ARG((p.prompt != nullptr) != (p.prompt_tokens != nullptr),
+            "infer_submit: give exactly one of prompt and prompt_tokens");
+  CHECK_ARG(!p.prompt_tokens || p.n_prompt_tokens > 0, "infer_submit: n_prompt_tokens is 0");
+  CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit: add_bos must be -1, 0 or 1");
+  CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit: n_stop > 0 but stop is NULL");
+  return guarded([&] {
+    const infer::Tokenizer& tok = engine->model->model->tokenizer();
+    infer::RequestParams rp;
+    if (p.prompt) {
+      const size_t len = p.prompt_len ? p.prompt_len : std::strlen(p.prompt);
+      const bool bos = p.add_bos < 0 ? tok.vocab().add_bos : p.add_bos != 0;
+      rp.prompt = tok.encode(std::string_view(p.prompt, len), bos, p.parse_special != 0);
+      if (rp.prompt.empty() && tok.vocab().bos >= 0) rp.prompt.push_back(tok.vocab().bos);
+    } else {
+      rp.prompt.assign(p.prompt_tokens, p.prompt_tokens + p.n_prompt_tokens);
+    }
+    rp.sampling = to_sampling(p.sampling);
+    rp.max_tokens = p.max_tokens;
+    for (size_t i = 0; i < p.n_stop; ++i) {
+      if (!p.stop[i]) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_submit: stop string is NULL");
+      rp.stop.emplace_back(p.stop[i]);
+    }
+    rp.ignore_eos = p.ignore_eos != 0;
+    rp.logits = p.logits;
+    auto h = std::make_unique<infer_request>();
+    h->cb = std::make_shared<CallbackState>();
+    h->cb->handle = h.get();
+    h->cb->fn = p.on_token;
+    h->cb->user = p.user_data;
+    if (p.on_token) {
+      std::shared_ptr<CallbackState> st = h->cb;
+      rp.on_token = [st](int32_t token, std::string_view text) {
+        if (!st->alive || !st->fn) return true;
+        return st->fn(st->handle, token, text.data(), text.size(), st->user) == 0;
+      };
+    }
+    h->req = engine->engine->submit(std::move(rp));
+    *out = h.release();
+    return INFER_OK;
+  });
+}
+
+infer_status infer_engine_step(infer_engine* engine, int32_t* n_active) {
+  if (n_active) *n_active = 0;
+  CHECK_ARG(engine, "infer_engine_step: engine must not be NULL");
+  return guarded([&] {
+    const int n = engine->engine->step();
+    if (n_active) *n_active = n;
+    return INFER_OK;
+  });
+}
+
+infer_status infer_engine_run(infer_engine* engine) {
+  CHECK_ARG(engine, "infer_engine_run: engine must not be NULL");
+  return guarded([&] {
+    engine->engine->run();
+    return INFER_OK;
+  });
+}
+
+infer_status infer_request_cancel(infer_request* request) {
+  CHECK_ARG(request, "infer_request_cancel: request must not be NULL");
+  request->req->request_cancel();
+  return INFER_OK;
+}
+
+void infer_request_free(infer_request* request) {
+  if (!request) return;
+  request->cb->alive = false;
+  request->req->request_cancel();
+  delete request;
+}
+
+void infer_request_stats_init(infer_request_stats* s) {
+  if (!s) return;
+  std::memset(s, 0, sizeof *s);
+  s->struct_size = sizeof *s;
+}
+
+infer_status infer_request_get_stats(const infer_request* request, infer_request_stats* stats) {
+  CHECK_ARG(request && stats && size_ok(stats), "infer_request_get_stats: NULL argument or wrong struct_size");
+  const infer::Request& r = *request->req;
+  const infer::RequestTimes& t = r.times();
+  auto ms = [](infer::Clock::time_point a, infer::Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  infer_request_stats o;
+  infer_request_stats_init(&o);
+  o.finish_reason = static_cast<infer_finish_reason>(r.finish_reason());
+  o.status = static_cast<infer_status>(r.status());
+  o.n_prompt_tokens = r.n_prompt();
+  o.n_cached_tokens = 0;
+  o.n_generated_tokens = r.n_generated();
+  if (t.scheduled) o.queue_ms = ms(t.submit, t.first_scheduled);
+  if (r.n_generated() > 0) {
+    o.ttft_ms = ms(t.submit, t.first_token);
+    const double prefill_ms = ms(t.first_scheduled, t.first_token);
+    if (prefill_ms > 0) o.prefill_tokens_per_s = r.n_prompt() / (prefill_ms / 1000.0);
+  }
+  if (r.n_generated() > 1) {
+    const double decode_ms = ms(t.first_token, t.last_token);
+    o.tpot_ms = decode_ms / (r.n_generated() - 1);
+    if (decode_ms > 0) o.decode_tokens_per_s = (r.n_generated() - 1) / (decode_ms / 1000.0);
+  }
+  o.total_ms = ms(t.submit, r.finished() ? t.finish : infer::Clock::now());
+  return write_out(stats, o);
+}
+
+infer_status infer_request_tokens(const infer_request* request, const int32_t** tokens, size_t* n_tokens) {
+  CHECK_ARG(request && tokens && n_tokens, "infer_request_tokens: NULL argument");
+  *tokens = request->req->generated();
+  *n_tokens = static_cast<size_t>(request->req->n_generated());
+  return INFER_OK;
+}
+
+infer_status infer_request_text(const infer_request* request, char* buf, size_t buf_size, size_t* needed) {
+  CHECK_ARG(request, "infer_request_text: request must not be NULL");
+  return copy_out(request->req->text(), buf, buf_size, needed);
+}
+
+infer_status infer_request_logits(const infer_request* request, const float** data, size_t* n_rows, size_t* n_vocab) {
+  CHECK_ARG(request && data && n_rows && n_vocab, "infer_request_logits: NULL argument");
+  const infer::Request& r = *request->req;
+  if (r.params().logits == 0)
+    return fail(INFER_ERR_INVALID_ARGUMENT, "the request was submitted without INFER_LOGITS_* flags");
+  *data = r.logits().empty() ? nullptr : r.logits().data();
+  *n_rows = static_cast<size_t>(r.n_logit_rows());
+  *n_vocab = r.n_logit_rows() ? r.logits().size() / static_cast<size_t>(r.n_logit_rows()) : 0;
+  return INFER_OK;
+}
+
+const char* infer_request_error(const infer_request* request) {
+  return request ? request->req->error().c_str() : "";
+}
+
+void infer_engine_stats_init(infer_engine_stats* s) {
+  if (!s) return;
+  std::memset(s, 0, sizeof *s);
+  s->struct_size = sizeof *s;
+}
+
+infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_stats* stats) {
+  CHECK_ARG(engine && stats && size_ok(stats), "infer_engine_get_stats: NULL argument or wrong struct_size");
+  const infer::Engine& e = *engine->engine;
+  const infer::EngineStats s = e.stats();
+  infer_engine_stats o;
+  infer_engine_stats_init(&o);
+  o.n_running = s.n_running;
+  o.n_waiting = s.n_waiting;
+  o.kv_blocks_total = e.kv().n_blocks_total();
+  o.kv_blocks_used = e.kv().n_blocks_used();
+  o.kv_block_size = e.kv().layout().block_size;
+  o.kv_bytes_total = e.kv().bytes_total();
+  o.kv_bytes_used = e.kv().bytes_used();
+  o.n_steps = s.n_steps;
+  o.n_prompt_tokens = s.n_prompt_tokens;
+  o.n_generated_tokens = s.n_generated_tokens;
+  return write_out(stats, o);
+}
+
+/* ---- convenience and tools ---- */
+
+infer_status infer_generate(infer_model* model, const char* prompt, const infer_sampling_params* sampling,
+                            int32_t max_tokens, char** out_text) {
+  if (out_text) *out_text = nullptr;
+  CHECK_ARG(model && prompt && out_text, "infer_generate: model, prompt and out_text must not be NULL");
+  infer_engine_params ep;
+  infer_engine_params_init(&ep);
+  ep.max_seqs = 1;
+  infer_engine* engine = nullptr;
+  infer_status st = infer_engine_create(model, &ep, &engine);
+  if (st != INFER_OK) return st;
+  infer_request_params rp;
+  infer_request_params_init(&rp);
+  rp.prompt = prompt;
+  rp.max_tokens = max_tokens;
+  rp.sampling = sampling;
+  infer_request* req = nullptr;
+  st = infer_submit(engine, &rp, &req);
+  if (st == INFER_OK) st = infer_engine_run(engine);
+  if (st == INFER_OK && req->req->finish_reason() == infer::FinishReason::Error)
+    st = fail(static_cast<infer_status>(req->req->status()), req->req->error());
+  if (st == INFER_OK) {
+    const std::string& text = req->req->text();
+    char* s = static_cast<char*>(std::malloc(text.size() + 1));
+    if (!s) {
+      st = fail(INFER_ERR_OUT_OF_MEMORY, "out of memory");
+    } else {
+      std::memcpy(s, text.c_str(), text.size() + 1);
+      *out_text = s;
+    }
+  }
+  infer_request_free(req);
+  infer_engine_free(engine);
+  return st;
+}
+
+infer_status infer_convert_llama2c(const char* checkpoint_path, const char* tokenizer_path, const char* out_path) {
+  CHECK_ARG(checkpoint_path && tokenizer_path && out_path, "infer_convert_llama2c: paths must not be NULL");
+  return guarded([&] {
+    infer::convert_llama2c(checkpoint_path, tokenizer_path, out_path);
+    return INFER_OK;
+  });
+}
+
+infer_status infer_perplexity(infer_model* model, const char* text, int32_t n_ctx, int32_t n_threads,
+                              infer_perplexity_result* result) {
+  CHECK_ARG(model && text && result && size_ok(result), "infer_perplexity: NULL argument or wrong struct_size");
+  return guarded([&] {
+    const infer::PerplexityResult r = infer::perplexity(*model->model, text, n_ctx, n_threads);
+    infer_perplexity_result o;
+    std::memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.perplexity = r.perplexity;
+    o.nll = r.nll;
+    o.n_tokens = r.n_tokens;
+    o.n_chunks = r.n_chunks;
+    return write_out(result, o);
+  });
+}
+
+infer_status infer_bench(infer_model* model, int32_t n_prompt, int32_t n_gen, int32_t n_threads, int32_t repetitions,
+                         infer_bench_result* result) {
+  CHECK_ARG(model && result && size_ok(result), "infer_bench: NULL argument or wrong struct_size");
+  return guarded([&] {
+    const infer::BenchResult r = infer::bench(*model->model, n_prompt, n_gen, n_threads, repetitions);
+    infer_bench_result o;
+    std::memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.n_prompt = r.n_prompt;
+    o.n_gen = r.n_gen;
+    o.n_threads = r.n_threads;
+    o.prefill_ms = r.prefill_ms;
+    o.decode_ms = r.decode_ms;
+    o.prefill_tokens_per_s = r.prefill_tokens_per_s;
+    o.decode_tokens_per_s = r.decode_tokens_per_s;
+    return write_out(result, o);
+  });
+}
+
+}  // extern "C"

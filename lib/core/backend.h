@@ -1,0 +1,75 @@
+// The narrow interface a model calls to compute. The CPU backend (cpu/) is
+// the reference; every other backend is tested against it.
+//
+// Conventions: activations are f32 row-major [m rows][n]. A weight is a
+// matrix stored as the file has it: n_out rows of n_in values each, in its
+// own element format (f32, f16, q4_0, ...). matmul computes y = x · Wᵀ.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+
+namespace infer {
+
+class KvCache;
+class ThreadPool;
+
+struct WeightView {
+  DType type = DType::F32;
+  int64_t n_in = 0;   // values per row (the reduction dimension)
+  int64_t n_out = 0;  // rows
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+};
+
+// Tokens of a batch as attention sees them: token t belongs to KV sequence
+// slot[t] and sits at position pos[t] of that sequence.
+struct AttnBatch {
+  int64_t n_tokens = 0;
+  const int32_t* pos = nullptr;
+  const int32_t* slot = nullptr;
+};
+
+// Rotary embedding: dims [0, n_rot) of each head are rotated by
+// pos * inv_freq[i] (i = pair index). `neox` pairs dim i with i + n_rot/2;
+// otherwise pairs are adjacent (2i, 2i+1), the layout of GGUF `llama` files.
+struct RopeParams {
+  int n_rot = 0;
+  bool neox = false;
+  const float* inv_freq = nullptr;  // n_rot / 2 values
+  float pos_scale = 1.0f;           // linear position scaling (1 = none)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // y[m][w.n_out] = x[m][w.n_in] · Wᵀ.
+  virtual void matmul(const WeightView& w, const float* x, int64_t m, float* y) = 0;
+  // out[i] = row ids[i] of w, as f32 (embedding lookup). Ids were validated.
+  virtual void get_rows(const WeightView& w, const int32_t* ids, int64_t m, float* out) = 0;
+  // y = x / rms(x) * weight, row by row (n values per row).
+  virtual void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) = 0;
+  // Rotates n_heads heads of head_dim values in each of m rows, in place.
+  virtual void rope(float* x, int64_t m, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) = 0;
+  // out = silu(gate) * up, elementwise.
+  virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // x += y, elementwise.
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // Stores the K and V rows ([n_tokens][kv_dim]) of a layer into the cache.
+  virtual void kv_write(KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) = 0;
+  // Causal attention of each token over positions [0, pos] of its sequence,
+  // read through the block table. q, out: [n_tokens][n_head * head_dim].
+  virtual void attention(const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,
+                         float scale, float* out) = 0;
+};
+
+// The CPU backend, running its kernels on `pool`.
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool);
+
+}  // namespace infer

@@ -1,0 +1,79 @@
+#include "core/mmap.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace infer {
+
+std::unique_ptr<MappedFile> MappedFile::open(const std::string& path, bool use_mmap) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) raise(Status::Io, "cannot open '%s': %s", path.c_str(), std::strerror(errno));
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    raise(Status::Io, "'%s' is not a regular file", path.c_str());
+  }
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->path_ = path;
+  f->size_ = static_cast<size_t>(st.st_size);
+  if (f->size_ == 0) {
+    ::close(fd);
+    return f;
+  }
+  if (use_mmap) {
+    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED) {
+      ::close(fd);
+      f->data_ = static_cast<const uint8_t*>(p);
+      f->mapped_ = true;
+      return f;
+    }
+  }
+  try {
+    f->owned_.resize(f->size_);
+  } catch (const std::bad_alloc&) {
+    ::close(fd);
+    raise(Status::OutOfMemory, "cannot allocate %zu bytes to read '%s'", f->size_, path.c_str());
+  }
+  size_t done = 0;
+  while (done < f->size_) {
+    ssize_t n = ::read(fd, f->owned_.data() + done, f->size_ - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      raise(Status::Io, "cannot read '%s'", path.c_str());
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  f->data_ = f->owned_.data();
+  return f;
+}
+
+std::unique_ptr<MappedFile> MappedFile::borrow(const void* data, size_t size) {
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->data_ = static_cast<const uint8_t*>(data);
+  f->size_ = size;
+  return f;
+}
+
+std::unique_ptr<MappedFile> MappedFile::own(std::vector<uint8_t> bytes) {
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->owned_ = std::move(bytes);
+  f->data_ = f->owned_.data();
+  f->size_ = f->owned_.size();
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+}  // namespace infer

@@ -1,0 +1,76 @@
+#include "engine/request.h"
+
+namespace infer {
+
+Request::Request(uint64_t id, RequestParams params, const Tokenizer& tok, int32_t n_vocab)
+    : id_(id),
+      params_(std::move(params)),
+      tok_(tok),
+      sampler_(params_.sampling, n_vocab),
+      // A prompt that is only BOS (or empty text) starts the text: its first
+      // generated piece loses the SPM leading space like any decoded text.
+      decoder_(tok, /*at_text_start=*/true) {
+  tokens_ = params_.prompt;
+  n_prompt_ = static_cast<int32_t>(tokens_.size());
+  // The decoder sees the prompt so the generated text continues it exactly.
+  for (int32_t t : tokens_) decoder_.push(t);
+  times_.submit = Clock::now();
+}
+
+void Request::finish(FinishReason reason, Status status, std::string message) {
+  if (finish_ != FinishReason::None) return;
+  finish_ = reason;
+  status_ = status;
+  error_ = std::move(message);
+  times_.finish = Clock::now();
+}
+
+std::string Request::flush_text() {
+  std::string rest = held_ + decoder_.flush();
+  held_.clear();
+  text_ += rest;
+  return rest;
+}
+
+bool Request::accept_token(int32_t token, bool is_eog, bool at_length_limit) {
+  const auto now = Clock::now();
+  if (n_generated() == 0) times_.first_token = now;
+  times_.last_token = now;
+  tokens_.push_back(token);
+
+  std::string released;
+  bool done = false;
+  FinishReason reason = FinishReason::None;
+  if (is_eog) {
+    released = flush_text();
+    done = true;
+    reason = FinishReason::Stop;
+  } else {
+    held_ += decoder_.push(token);
+    StopMatch m = find_stop(held_, params_.stop);
+    if (m.found) {
+      released = held_.substr(0, m.pos);
+      text_ += released;
+      held_.clear();
+      done = true;
+      reason = FinishReason::Stop;
+    } else if (at_length_limit) {
+      released = flush_text();
+      done = true;
+      reason = FinishReason::Length;
+    } else {
+      const size_t n = held_.size() - m.hold_back;
+      released = held_.substr(0, n);
+      held_.erase(0, n);
+      text_ += released;
+    }
+  }
+  if (params_.on_token && !params_.on_token(token, released)) {
+    finish(done ? reason : FinishReason::Cancelled);
+    return true;
+  }
+  if (done) finish(reason);
+  return done;
+}
+
+}  // namespace infer

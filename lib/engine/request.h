@@ -1,0 +1,107 @@
+// One generation request and its state as it moves through the engine:
+// waiting -> running (prefill, then decode) -> finished.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace infer {
+
+enum class FinishReason : int { None = 0, Stop = 1, Length = 2, Cancelled = 3, Error = 4 };
+
+// Which logit rows a request keeps (same bits as INFER_LOGITS_*).
+enum LogitsFlags : uint32_t { kLogitsPrompt = 1, kLogitsGenerated = 2, kLogitsLogprobs = 4 };
+
+// Called for each generated token with the text it releases (complete UTF-8,
+// stop-string candidates held back). Return false to cancel the request.
+using TokenCallback = std::function<bool(int32_t token, std::string_view text)>;
+
+struct RequestParams {
+  std::vector<int32_t> prompt;  // token ids, BOS included when wanted
+  SamplingParams sampling;
+  int32_t max_tokens = 256;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  uint32_t logits = 0;  // LogitsFlags
+  TokenCallback on_token;
+};
+
+using Clock = std::chrono::steady_clock;
+
+struct RequestTimes {
+  Clock::time_point submit, first_scheduled, first_token, last_token, finish;
+  bool scheduled = false;
+};
+
+class Request {
+ public:
+  Request(uint64_t id, RequestParams params, const Tokenizer& tok, int32_t n_vocab);
+
+  uint64_t id() const { return id_; }
+  const RequestParams& params() const { return params_; }
+
+  // State read by the C API.
+  FinishReason finish_reason() const { return finish_; }
+  bool finished() const { return finish_ != FinishReason::None; }
+  Status status() const { return status_; }
+  const std::string& error() const { return error_; }
+  int32_t n_prompt() const { return n_prompt_; }
+  int32_t n_generated() const { return static_cast<int32_t>(tokens_.size()) - n_prompt_; }
+  const int32_t* generated() const { return tokens_.data() + n_prompt_; }
+  const std::string& text() const { return text_; }
+  const std::vector<float>& logits() const { return logits_; }
+  int64_t n_logit_rows() const { return n_logit_rows_; }
+  const RequestTimes& times() const { return times_; }
+  void request_cancel() { cancel_.store(true, std::memory_order_relaxed); }
+  bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
+
+ private:
+  friend class Engine;
+
+  // Appends a sampled token, releases its text through the callback and
+  // finishes the request when a stop condition holds. Returns true if the
+  // request finished.
+  bool accept_token(int32_t token, bool is_eog, bool at_length_limit);
+  void finish(FinishReason reason, Status status = Status::Ok, std::string message = {});
+  // Emits held-back text (end of the request).
+  std::string flush_text();
+
+  uint64_t id_;
+  RequestParams params_;
+  const Tokenizer& tok_;
+  Sampler sampler_;
+  StreamDecoder decoder_;
+
+  std::vector<int32_t> tokens_;  // prompt, then generated tokens
+  int32_t n_prompt_ = 0;
+  int32_t n_computed_ = 0;       // leading tokens whose K/V are in the cache
+  int32_t slot_ = -1;            // KV sequence slot while running
+  uint64_t admit_order_ = 0;     // for preemption: latest admitted goes first
+  int32_t next_logit_pos_ = 0;   // first position whose logits row is not stored yet
+
+  std::string text_;             // released text
+  std::string held_;             // decoded but held back (possible stop-string start)
+  std::vector<float> logits_;
+  int64_t n_logit_rows_ = 0;
+  std::vector<float> scratch_;   // logits copy for the sampler
+
+  FinishReason finish_ = FinishReason::None;
+  Status status_ = Status::Ok;
+  std::string error_;
+  std::atomic<bool> cancel_{false};
+  RequestTimes times_;
+  int32_t n_preemptions_ = 0;
+};
+
+}  // namespace infer

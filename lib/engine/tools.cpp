@@ -1,0 +1,95 @@
+#include "engine/tools.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "engine/engine.h"
+
+namespace infer {
+
+PerplexityResult perplexity(const Model& model, const std::string& text, int32_t n_ctx, int32_t n_threads) {
+  const Tokenizer& tok = model.tokenizer();
+  if (n_ctx < 0) raise(Status::InvalidArgument, "n_ctx %d is negative", n_ctx);
+  if (n_ctx == 0) n_ctx = std::min(512, model.config().n_ctx_train > 0 ? model.config().n_ctx_train : 512);
+  if (n_ctx < 2) raise(Status::InvalidArgument, "n_ctx must be at least 2 to score anything");
+  const int32_t bos = tok.vocab().bos;
+  if (bos < 0) raise(Status::Unsupported, "the vocabulary has no BOS token to start windows with");
+  const std::vector<int32_t> ids = tok.encode(text, /*add_bos=*/false);
+  if (ids.empty()) raise(Status::InvalidArgument, "the text has no tokens");
+
+  EngineParams ep;
+  ep.n_threads = n_threads;
+  ep.n_ctx = n_ctx;
+  ep.max_seqs = 4;
+  Engine engine(model, ep);
+  // Windows run concurrently in one engine; each keeps its log-probabilities.
+  std::vector<std::shared_ptr<Request>> reqs;
+  const size_t window = static_cast<size_t>(n_ctx - 1);
+  for (size_t start = 0; start < ids.size(); start += window) {
+    RequestParams rp;
+    rp.prompt.push_back(bos);
+    rp.prompt.insert(rp.prompt.end(), ids.begin() + start, ids.begin() + std::min(ids.size(), start + window));
+    rp.max_tokens = 0;
+    rp.logits = kLogitsPrompt | kLogitsLogprobs;
+    reqs.push_back(engine.submit(std::move(rp)));
+  }
+  engine.run();
+  const int32_t n_vocab = model.config().n_vocab;
+  PerplexityResult res;
+  double nll = 0;
+  for (const auto& r : reqs) {
+    if (r->finish_reason() == FinishReason::Error) raise(r->status(), "%s", r->error().c_str());
+    const auto& prompt = r->params().prompt;
+    const float* lp = r->logits().data();
+    // Row i predicts token i + 1.
+    for (size_t i = 0; i + 1 < prompt.size(); ++i) nll -= lp[i * n_vocab + prompt[i + 1]];
+    res.n_tokens += static_cast<int64_t>(prompt.size()) - 1;
+    ++res.n_chunks;
+  }
+  res.nll = nll / static_cast<double>(res.n_tokens);
+  res.perplexity = std::exp(res.nll);
+  return res;
+}
+
+BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t n_threads, int32_t repetitions) {
+  if (n_prompt < 1 || n_gen < 0 || repetitions < 1)
+    raise(Status::InvalidArgument, "bench needs n_prompt >= 1, n_gen >= 0 and repetitions >= 1");
+  EngineParams ep;
+  ep.n_threads = n_threads;
+  ep.max_seqs = 1;
+  ep.n_ctx = n_prompt + n_gen + 1;
+  ep.max_batch_tokens = std::max(512, n_prompt);
+  Engine engine(model, ep);
+  const int32_t n_vocab = model.config().n_vocab;
+  std::mt19937 rng(1234);
+  BenchResult best;
+  best.n_prompt = n_prompt;
+  best.n_gen = n_gen;
+  best.n_threads = n_threads;
+  best.prefill_ms = best.decode_ms = INFINITY;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    RequestParams rp;
+    for (int i = 0; i < n_prompt; ++i) rp.prompt.push_back(static_cast<int32_t>(rng() % n_vocab));
+    rp.max_tokens = std::max(1, n_gen);  // the first token marks the end of prefill
+    rp.ignore_eos = true;
+    rp.sampling.temperature = 0;
+    auto r = engine.submit(std::move(rp));
+    engine.run();
+    if (r->finish_reason() == FinishReason::Error) raise(r->status(), "%s", r->error().c_str());
+    const RequestTimes& t = r->times();
+    const double pf = std::chrono::duration<double, std::milli>(t.first_token - t.first_scheduled).count();
+    const double dc = std::chrono::duration<double, std::milli>(t.last_token - t.first_token).count();
+    best.prefill_ms = std::min(best.prefill_ms, pf);
+    if (n_gen > 1) best.decode_ms = std::min(best.decode_ms, dc);
+  }
+  best.prefill_tokens_per_s = n_prompt / (best.prefill_ms / 1000.0);
+  if (n_gen > 1) {
+    best.decode_tokens_per_s = (n_gen - 1) / (best.decode_ms / 1000.0);
+  } else {
+    best.decode_ms = 0;
+  }
+  return best;
+}
+
+}  // namespace infer

@@ -1,0 +1,33 @@
+// Whole-model tools built on the engine, reachable through the C API (and so
+// the CLI and every FFI language): perplexity and a prefill/decode benchmark.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/model.h"
+
+namespace infer {
+
+struct PerplexityResult {
+  double perplexity = 0, nll = 0;
+  int64_t n_tokens = 0;
+  int32_t n_chunks = 0;
+};
+
+// Splits the tokenized text into windows of n_ctx - 1 tokens, each scored
+// after a BOS: every token's log-probability given the ones before it in its
+// window. n_ctx 0 = the model's context capped at 512.
+PerplexityResult perplexity(const Model& model, const std::string& text, int32_t n_ctx, int32_t n_threads);
+
+struct BenchResult {
+  int32_t n_prompt = 0, n_gen = 0, n_threads = 0;
+  double prefill_ms = 0, decode_ms = 0;
+  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
+};
+
+// Prefill of n_prompt pseudo-random tokens, then n_gen greedy decode steps;
+// the best of `repetitions` runs of each phase.
+BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t n_threads, int32_t repetitions);
+
+}  // namespace infer

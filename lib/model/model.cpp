@@ -1,0 +1,29 @@
+#include "model/model.h"
+
+#include "core/error.h"
+
+namespace infer {
+
+std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
+  std::unique_ptr<GgufFile> gguf = GgufFile::open(path, opts.use_mmap);
+  std::unique_ptr<Tokenizer> tok = Tokenizer::create(*gguf);
+  std::string arch = gguf->get_string("general.architecture").value_or("");
+  if (arch.empty()) {
+    if (!opts.vocab_only) raise(Status::Format, "'%s' has no general.architecture", path.c_str());
+    arch = "llama";  // a vocabulary-only file: only the tokenizer is used
+  }
+  // Mistral-style models are published under the llama architecture; the
+  // name is accepted too for files that spell it out.
+  if (arch == "llama" || arch == "mistral") return create_llama_model(std::move(gguf), std::move(tok), opts.vocab_only);
+  raise(Status::Unsupported, "model architecture '%s' is not supported (supported: llama)", arch.c_str());
+}
+
+KvLayout Model::kv_layout() const {
+  KvLayout l;
+  l.n_layers = config_.n_layer;
+  l.n_kv_heads = config_.n_head_kv;
+  l.head_dim = config_.head_dim;
+  return l;
+}
+
+}  // namespace infer

@@ -1,0 +1,106 @@
+// A loaded model: the GGUF file (mmapped, read-only), its hyperparameters,
+// its tokenizer, and the architecture that knows how to run a forward pass.
+//
+// THE forward contract (DESIGN.md): a Batch is a flat list of tokens from any
+// number of sequences, each with its position and KV sequence slot, plus the
+// rows whose logits are wanted. Prefill, decode, chunked prefill and
+// speculative verification are all just batches.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "kv/kv_cache.h"
+#include "model/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace infer {
+
+struct Batch {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> pos;
+  std::vector<int32_t> slot;        // KV sequence slot of each token
+  std::vector<int32_t> logit_rows;  // indices into tokens whose logits are wanted
+  size_t size() const { return tokens.size(); }
+  void clear() {
+    tokens.clear();
+    pos.clear();
+    slot.clear();
+    logit_rows.clear();
+  }
+  void add(int32_t token, int32_t position, int32_t seq_slot, bool want_logits) {
+    if (want_logits) logit_rows.push_back(static_cast<int32_t>(tokens.size()));
+    tokens.push_back(token);
+    pos.push_back(position);
+    slot.push_back(seq_slot);
+  }
+};
+
+struct ModelConfig {
+  std::string arch;
+  std::string name;
+  int32_t n_vocab = 0;
+  int32_t n_ctx_train = 0;
+  int32_t n_embd = 0;
+  int32_t n_layer = 0;
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  int32_t head_dim = 0;
+  int32_t n_ff = 0;
+  int32_t n_rot = 0;
+  float rope_freq_base = 10000.0f;
+  float rope_pos_scale = 1.0f;  // linear rope scaling: positions are multiplied by this
+  bool rope_neox = false;
+  float rms_eps = 1e-5f;
+};
+
+struct LoadOptions {
+  bool use_mmap = true;
+  bool vocab_only = false;
+};
+
+// Reusable activation buffers of a forward pass (grown, never shrunk, so the
+// hot path does not allocate once warmed up).
+struct Workspace {
+  std::vector<float> x, xb, q, k, v, att, gate, up, rows, logits_tmp;
+  std::vector<int32_t> ids;
+};
+
+class Model {
+ public:
+  // Loads a GGUF model. Error(Io/Format/Unsupported) with a clear message.
+  static std::unique_ptr<Model> load(const std::string& path, const LoadOptions& opts = {});
+  virtual ~Model() = default;
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& gguf() const { return *gguf_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  bool vocab_only() const { return vocab_only_; }
+  uint64_t n_params() const { return n_params_; }
+  uint64_t n_bytes() const { return n_bytes_; }
+
+  // Shape of the KV cache this model needs (block size and count filled by the caller).
+  KvLayout kv_layout() const;
+
+  // Runs the batch. Token ids, positions and slots must be valid and the KV
+  // sequences must have room for every position (the engine guarantees it).
+  // logits receives logit_rows.size() rows of n_vocab floats.
+  virtual void forward(const Batch& batch, KvCache& kv, Backend& backend, Workspace& ws, float* logits) const = 0;
+
+ protected:
+  Model() = default;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelConfig config_;
+  bool vocab_only_ = false;
+  uint64_t n_params_ = 0, n_bytes_ = 0;
+};
+
+// Architecture factories (one file each).
+std::unique_ptr<Model> create_llama_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                          bool vocab_only);
+
+}  // namespace infer
