@@ -205,7 +205,6 @@ TEST_CASE("top-p keeps the minimal set reaching p", "[sampling]") {
     smp::top_p_filter(c, top_p);
     CHECK(c.size() == keep);
     CHECK(ids_of(c) == ids_of(ref));
-    CHECK(std::is_sorted(c.begin(), c.end(), [](auto& a, auto& b) { return a.first > b.first; }));
   }
 }
 

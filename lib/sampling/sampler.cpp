@@ -120,10 +120,13 @@ int32_t argmax_token(const std::vector<float>& logits) {
 }
 
 void make_candidates(const std::vector<float>& logits, std::vector<TokenCandidate>& cand) {
-  cand.clear();
-  cand.reserve(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (selectable(logits[i])) cand.emplace_back(logits[i], static_cast<int32_t>(i));
+  cand.resize(logits.size());
+  size_t n = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    cand[n] = TokenCandidate(logits[i], static_cast<int32_t>(i));
+    n += selectable(logits[i]) ? 1 : 0;  // branch-free: most tokens are kept
+  }
+  cand.resize(n);
   if (cand.empty()) raise_nothing_selectable(logits);
 }
 
@@ -141,12 +144,11 @@ void softmax_filter(std::vector<TokenCandidate>& cand, float temperature) {
   // p_i = exp((l_i - max) / T) / sum_j exp((l_j - max) / T). Subtracting the
   // max before dividing keeps a tiny T from overflowing: the best token gets
   // exp(0) = 1 and the others underflow towards 0.
-  const double inv_t = 1.0 / static_cast<double>(temperature);
+  // (Dividing, not multiplying by 1/T: 1/T overflows for a subnormal T.)
   double sum = 0.0;
   for (auto& c : cand) {
-    const double e = std::exp((static_cast<double>(c.first) - max_l) * inv_t);
-    c.first = static_cast<float>(e);
-    sum += e;
+    c.first = std::exp((c.first - max_l) / temperature);
+    sum += c.first;
   }
   const double inv_sum = 1.0 / sum;  // sum >= 1: the max contributes exp(0)
   for (auto& c : cand) c.first = static_cast<float>(c.first * inv_sum);
@@ -157,30 +159,44 @@ void softmax_filter(std::vector<TokenCandidate>& cand, float temperature) {
 
 void top_p_filter(std::vector<TokenCandidate>& cand, float top_p) {
   if (top_p >= 1.0f || cand.empty()) return;
-  // Order the candidates best-first in growing chunks until the running total
-  // reaches top_p: usually only a small head of a large vocabulary is sorted.
-  const size_t n = cand.size();
-  size_t done = 0;
-  size_t chunk_end = std::min<size_t>(n, 64);
+  // The minimal set is the shortest best-first prefix whose mass reaches
+  // top_p. Find its end K like quickselect, without sorting everything:
+  // [0, lo) is kept (mass `cum`), K lies in (lo, hi], and the mass of
+  // [0, hi) reaches top_p (or hi == n). Partition [lo, hi) around a pivot;
+  // if the better part completes the mass, K is inside it, else keep it all
+  // and continue in the rest. Expected O(n) however flat the distribution.
+  const auto at = [&cand](size_t i) { return cand.begin() + static_cast<std::ptrdiff_t>(i); };
+  size_t lo = 0, hi = cand.size();
   double cum = 0.0;
-  for (;;) {
-    // Move the next best (chunk_end - done) to the front in O(n), then order
-    // just them.
-    const auto first = cand.begin() + static_cast<std::ptrdiff_t>(done);
-    const auto middle = cand.begin() + static_cast<std::ptrdiff_t>(chunk_end);
-    if (middle != cand.end()) std::nth_element(first, middle - 1, cand.end(), better);
-    std::sort(first, middle, better);
-    for (size_t i = done; i < chunk_end; ++i) {
-      cum += cand[i].first;
-      if (cum >= top_p) {
-        cand.resize(i + 1);  // the minimal set: every kept token was needed
-        return;
-      }
+  while (hi - lo > 32) {
+    // Median of three distinct candidates (`better` is a strict total order
+    // here): the pivot's part is non-empty and so is the rest, so both
+    // branches shrink the range.
+    TokenCandidate a = cand[lo], b = cand[lo + (hi - lo) / 2], c = cand[hi - 1];
+    if (better(b, a)) std::swap(a, b);
+    if (better(c, b)) std::swap(b, c);
+    if (better(b, a)) std::swap(a, b);
+    const TokenCandidate pivot = b;
+    const auto mid = std::partition(at(lo), at(hi), [&pivot](const TokenCandidate& x) { return !better(pivot, x); });
+    const auto m = static_cast<size_t>(mid - cand.begin());
+    double mass = 0.0;
+    for (size_t i = lo; i < m; ++i) mass += cand[i].first;
+    if (cum + mass >= top_p) {
+      hi = m;
+    } else {
+      cum += mass;
+      lo = m;
     }
-    done = chunk_end;
-    if (done == n) return;  // rounding kept the total just below top_p: keep all
-    chunk_end = std::min(n, chunk_end * 4);
   }
+  std::sort(at(lo), at(hi), better);
+  for (size_t i = lo; i < hi; ++i) {
+    cum += cand[i].first;
+    if (cum >= top_p) {
+      cand.resize(i + 1);
+      return;
+    }
+  }
+  cand.resize(hi);  // rounding kept the total just below top_p: keep [0, hi)
 }
 
 void min_p_filter(std::vector<TokenCandidate>& cand, float min_p) {

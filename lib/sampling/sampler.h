@@ -100,7 +100,8 @@ void top_k_filter(std::vector<TokenCandidate>& cand, int32_t k);
 void softmax_filter(std::vector<TokenCandidate>& cand, float temperature);
 
 // On probabilities: keeps the smallest set of most probable candidates whose
-// total probability reaches top_p (>= 1: no-op). Leaves cand sorted.
+// total probability reaches top_p (>= 1: no-op). Expected O(n); the order of
+// the survivors is unspecified (but deterministic).
 void top_p_filter(std::vector<TokenCandidate>& cand, float top_p);
 
 // On probabilities: drops candidates below min_p * (largest probability)

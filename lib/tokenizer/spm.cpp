@@ -94,6 +94,13 @@ inline size_t utf8_len_from_lead(unsigned char c) {
   return 4;
 }
 
+// Whether position pos of s starts a run of "▁": a "▁" not preceded by one.
+inline bool word_start(std::string_view s, size_t pos) {
+  return s.compare(pos, kSpaceMark.size(), kSpaceMark) == 0 &&
+         (pos < kSpaceMark.size() ||
+          s.compare(pos - kSpaceMark.size(), kSpaceMark.size(), kSpaceMark) != 0);
+}
+
 // "<0xAB>" -> 0xAB; -1 when the text is not a byte token name.
 int parse_byte_token(std::string_view t) {
   if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
@@ -107,6 +114,56 @@ int parse_byte_token(std::string_view t) {
   if (h < 0 || l < 0) return -1;
   return h * 16 + l;
 }
+
+// Token text -> id: open addressing over a flat array of (hash, id) slots, so
+// the lookups that dominate BPE (one per candidate pair) touch one or two
+// cache lines instead of walking a node-based hash map.
+class PieceTable {
+ public:
+  explicit PieceTable(const std::vector<std::string>& tokens) : tokens_(tokens) {
+    size_t cap = 16;
+    while (cap < tokens.size() * 2) cap *= 2;
+    slots_.assign(cap, 0);
+    mask_ = cap - 1;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const std::string_view t = tokens[i];
+      if (find(t) >= 0) continue;  // first id wins for duplicate texts
+      const uint64_t h = hash(t);
+      size_t k = h & mask_;
+      while (slots_[k] != 0) k = (k + 1) & mask_;
+      slots_[k] = (h & 0xFFFFFFFF00000000ull) | (static_cast<uint64_t>(i) + 1);
+    }
+  }
+
+  // The id of the token with this exact text, or -1.
+  int32_t find(std::string_view s) const {
+    const uint64_t h = hash(s);
+    const uint64_t tag = h & 0xFFFFFFFF00000000ull;
+    for (size_t k = h & mask_;; k = (k + 1) & mask_) {
+      const uint64_t slot = slots_[k];
+      if (slot == 0) return -1;
+      if ((slot & 0xFFFFFFFF00000000ull) == tag) {
+        const size_t id = static_cast<size_t>(slot & 0xFFFFFFFFu) - 1;
+        if (tokens_[id] == s) return static_cast<int32_t>(id);
+      }
+    }
+  }
+
+ private:
+  // FNV-1a, then a multiplicative mix so both halves are usable.
+  static uint64_t hash(std::string_view s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;  // low bits pick the slot, high 32 bits are the tag
+  }
+
+  const std::vector<std::string>& tokens_;
+  std::vector<uint64_t> slots_;
+  size_t mask_ = 0;
+};
 
 // A byte trie over token texts for leftmost-longest matching.
 class TokenTrie {
@@ -179,21 +236,22 @@ class SpmTokenizer final : public Tokenizer {
            t == TokenType::Undefined;
   }
 
-  std::unordered_map<std::string_view, int32_t> piece_id_;  // views into vocab_.tokens
+  PieceTable piece_id_;  // refers to vocab_.tokens
   std::array<int32_t, 256> byte_id_;
   bool byte_fallback_ = false;
+  // No mergeable piece has a "▁" right after another character, so text can
+  // be merged word by word (true for SentencePiece's whitespace-split models).
+  bool split_at_space_ = false;
   TokenTrie special_;  // control and unknown tokens, matched when parse_special
   TokenTrie user_;     // user-defined tokens, always atomic
 };
 
-SpmTokenizer::SpmTokenizer(Vocab v) : Tokenizer(std::move(v)) {
+SpmTokenizer::SpmTokenizer(Vocab v) : Tokenizer(std::move(v)), piece_id_(vocab_.tokens) {
   const auto& toks = vocab_.tokens;
-  piece_id_.reserve(toks.size() * 2);
   byte_id_.fill(-1);
   for (size_t i = 0; i < toks.size(); ++i) {
     const int32_t id = static_cast<int32_t>(i);
     const std::string& t = toks[i];
-    piece_id_.emplace(std::string_view(t), id);  // first id wins for duplicate texts
     const TokenType type = vocab_.types[i];
     if (type == TokenType::Byte) {
       const int b = parse_byte_token(t);
@@ -210,10 +268,20 @@ SpmTokenizer::SpmTokenizer(Vocab v) : Tokenizer(std::move(v)) {
     if (byte_id_[b] >= 0) continue;
     char name[8];
     std::snprintf(name, sizeof name, "<0x%02X>", b);
-    auto it = piece_id_.find(name);
-    if (it != piece_id_.end()) byte_id_[b] = it->second;
+    byte_id_[b] = piece_id_.find(name);
   }
   for (int b = 0; b < 256; ++b) byte_fallback_ = byte_fallback_ || byte_id_[b] >= 0;
+
+  split_at_space_ = true;
+  for (size_t i = 0; i < toks.size() && split_at_space_; ++i) {
+    if (!mergeable(static_cast<int32_t>(i))) continue;
+    const std::string_view t = toks[i];
+    for (size_t p = t.find(kSpaceMark, 1); p != std::string_view::npos; p = t.find(kSpaceMark, p + 1)) {
+      if (!word_start(t, p)) continue;
+      split_at_space_ = false;
+      break;
+    }
+  }
 }
 
 std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos,
@@ -342,36 +410,51 @@ void SpmTokenizer::bpe(std::string_view s, std::vector<int32_t>& out) const {
     if (l < 0 || r < 0 || sym[l].frozen || sym[r].frozen) return;
     const uint32_t len = sym[l].len + sym[r].len;
     const std::string_view piece = s.substr(sym[l].start, len);
-    const auto it = piece_id_.find(piece);
-    if (it == piece_id_.end() || !mergeable(it->second)) return;
-    heap.push_back({vocab_.scores[it->second], l, r, len});
+    const int32_t id = piece_id_.find(piece);
+    if (id < 0 || !mergeable(id)) return;
+    heap.push_back({vocab_.scores[id], l, r, len});
     std::push_heap(heap.begin(), heap.end(), lower);
-    if (vocab_.types[it->second] == TokenType::Unused)
+    if (vocab_.types[id] == TokenType::Unused)
       unmerge[piece] = {view(sym[l]), view(sym[r])};
   };
 
-  for (size_t i = 1; i < sym.size(); ++i) try_pair(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
+  // When no piece can span the start of a run of "▁" (split_at_space_), the
+  // merges on either side of such a point never interact, so each word is
+  // merged on its own: the same result as one pass over the whole text, with
+  // small heaps. Pairs across a segment start are still tried but never found.
+  const size_t n = sym.size();
+  size_t seg_begin = 0;
+  while (seg_begin < n) {
+    size_t seg_end = n;
+    if (split_at_space_) {
+      seg_end = seg_begin + 1;
+      while (seg_end < n && !word_start(s, sym[seg_end].start)) ++seg_end;
+    }
+    for (size_t i = seg_begin + 1; i < seg_end; ++i)
+      try_pair(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
 
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), lower);
-    const Pair p = heap.back();
-    heap.pop_back();
-    Symbol& l = sym[p.left];
-    Symbol& r = sym[p.right];
-    if (l.len == 0 || r.len == 0 || l.len + r.len != p.len || l.next != p.right) continue;
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[r.next].prev = p.left;
-    try_pair(l.prev, p.left);
-    try_pair(p.left, l.next);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), lower);
+      const Pair p = heap.back();
+      heap.pop_back();
+      Symbol& l = sym[p.left];
+      Symbol& r = sym[p.right];
+      if (l.len == 0 || r.len == 0 || l.len + r.len != p.len || l.next != p.right) continue;
+      l.len += r.len;
+      r.len = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[r.next].prev = p.left;
+      try_pair(l.prev, p.left);
+      try_pair(p.left, l.next);
+    }
+    seg_begin = seg_end;
   }
 
   // Emit, splitting merged Unused pieces back and falling back to bytes.
   auto emit = [&](auto&& self, std::string_view piece) -> void {
-    const auto it = piece_id_.find(piece);
-    if (it != piece_id_.end()) {
-      const TokenType t = vocab_.types[it->second];
+    const int32_t id = piece_id_.find(piece);
+    if (id >= 0) {
+      const TokenType t = vocab_.types[id];
       if (t == TokenType::Unused) {
         const auto u = unmerge.find(piece);
         if (u != unmerge.end()) {
@@ -381,14 +464,14 @@ void SpmTokenizer::bpe(std::string_view s, std::vector<int32_t>& out) const {
         }
       }
       if (t != TokenType::Unknown) {
-        out.push_back(it->second);
+        out.push_back(id);
         return;
       }
     }
     if (byte_fallback_) {
       for (unsigned char c : piece) {
-        const int32_t id = byte_id_[c] >= 0 ? byte_id_[c] : vocab_.unk;
-        if (id >= 0) out.push_back(id);
+        const int32_t b = byte_id_[c] >= 0 ? byte_id_[c] : vocab_.unk;
+        if (b >= 0) out.push_back(b);
       }
     } else if (vocab_.unk >= 0) {
       out.push_back(vocab_.unk);

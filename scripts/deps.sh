@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages libinfer needs, only those that are missing.
+set -euo pipefail
+pkgs=(cmake g++ ninja-build pkg-config libdnnl-dev libeigen3-dev catch2 libbenchmark-dev
+      libsentencepiece-dev python3)
+if [ "${1:-}" = "--test" ]; then
+  # The fuzz targets are built with clang's libFuzzer.
+  pkgs+=(clang libclang-rt-14-dev)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds and runs the whole test suite: the normal
+# build (with the CUDA backend compiled when nvcc exists), the same suite
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and a short libFuzzer
+# run of the GGUF parser.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
+"$root/scripts/deps.sh" --test
+
+echo "== release build and tests"
+cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$root/build" -j "$jobs"
+ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
+
+echo "== ASan+UBSan build and tests"
+cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_SANITIZE=ON \
+  -DINFER_CUDA=OFF -DINFER_BENCH=OFF >/dev/null
+cmake --build "$root/build-asan" -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs"
+
+echo "== fuzzing the GGUF parser (${INFER_FUZZ_SECONDS:-60} s)"
+CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DINFER_FUZZ=ON -DINFER_TESTS=OFF -DINFER_EXAMPLES=OFF -DINFER_BENCH=OFF -DINFER_CUDA=OFF >/dev/null
+cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_gguf
+mkdir -p "$root/build-fuzz/corpus"
+"$root/build-fuzz/tests/fuzz/fuzz_gguf" -max_total_time="${INFER_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
+  "$root/build-fuzz/corpus" "$root/tests/fuzz/corpus"
+echo "all test stages passed"
