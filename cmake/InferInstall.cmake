@@ -24,5 +24,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/inferConfigVersion.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
 
+# infer.pc is relocatable: the prefix is found from where the file is.
+file(RELATIVE_PATH INFER_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/infer.pc.in ${CMAKE_CURRENT_BINARY_DIR}/infer.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/infer.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

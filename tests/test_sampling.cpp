@@ -141,11 +141,17 @@ TEST_CASE("sampled frequencies follow softmax(logits / T)", "[sampling]") {
 }
 
 TEST_CASE("a tiny temperature neither overflows nor picks a worse token", "[sampling]") {
-  SamplingParams p = plain(1e-30f);
-  Sampler s(p, 4);
-  for (int i = 0; i < 50; ++i) {
+  for (float t : {1e-30f, 1e-40f /* subnormal */}) {
+    SamplingParams p = plain(t);
+    Sampler s(p, 4);
+    for (int i = 0; i < 50; ++i) {
+      std::vector<float> l = {80.0f, 81.0f, 79.0f, -80.0f};
+      CHECK(s.sample(l, {}) == 1);
+    }
     std::vector<float> l = {80.0f, 81.0f, 79.0f, -80.0f};
-    CHECK(s.sample(l, {}) == 1);
+    const auto& d = s.distribution(l, {});
+    REQUIRE(d.size() == 1);
+    CHECK(d[0].first == 1.0f);
   }
 }
 
