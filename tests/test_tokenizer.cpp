@@ -200,6 +200,13 @@ TEST_CASE("spm: dummy prefix and spaces", "[tokenizer]") {
   auto tok3 = Tokenizer::create(v);
   CHECK(tok3->encode("   a    a  ", false) == ids_of(*tok3, {S + "a", S + "a"}));
   CHECK(tok3->encode("   ", false).empty());
+
+  // Decoding at the start of the text: one "▁" is the dummy prefix; with
+  // remove_extra_whitespaces every leading one goes (SentencePiece's decoder
+  // does the same). Byte tokens are literal.
+  CHECK(tok->decode(ids_of(*tok, {S, S + "a"})) == " a");
+  CHECK(tok3->decode(ids_of(*tok3, {S, S + "a"})) == "a");
+  CHECK(tok3->decode(ids_of(*tok3, {S, S, "a"})) == "a");
 }
 
 TEST_CASE("spm: byte fallback and the unknown token", "[tokenizer]") {
@@ -210,6 +217,7 @@ TEST_CASE("spm: byte fallback and the unknown token", "[tokenizer]") {
     // 'é' is not a piece: its two bytes, as byte tokens (3 + byte value).
     CHECK(tok->encode("a" + e_acute, false) == Ids{id_of(*tok, S), id_of(*tok, "a"), 3 + 0xC3, 3 + 0xA9});
     CHECK(tok->decode(tok->encode("a" + e_acute + "a", false)) == "a" + e_acute + "a");
+    CHECK(tok->decode({3 + ' ', id_of(*tok, "a")}) == " a");  // a byte space is literal
   }
   {
     auto tok = Tokenizer::create(make_vocab({{S, -1}, {"a", -2}}, false));

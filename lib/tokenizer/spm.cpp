@@ -301,8 +301,8 @@ std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos,
   // Llama-2's reference chat code, which encodes each segment separately),
   // the text at the start and the text right after a control token get the
   // dummy prefix: "<s>[INST]" -> <s> "▁[" ...
+  const bool prefix = vocab_.add_space_prefix;
   size_t start = 0;
-  bool prefix = vocab_.add_space_prefix;
   for (size_t i = 0; i < text.size();) {
     int32_t id = -1;
     const size_t n = special_.match(text.substr(i), &id);
@@ -312,7 +312,6 @@ std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos,
     }
     if (i > start) encode_fragment(text.substr(start, i - start), prefix, out);
     out.push_back(id);
-    prefix = vocab_.add_space_prefix;
     i += n;
     start = i;
   }

@@ -16,15 +16,25 @@ std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
 
 namespace {
 
-// Tokens that do not start the text itself: while only these have been seen,
-// the text has not begun and the dummy-prefix space is still to be removed.
-bool before_text(const Tokenizer& tok, int32_t id, const std::string& piece) {
-  return piece.empty() || tok.is_control(id);
-}
-
-// The dummy prefix added by encoding: one leading space on the first piece.
-void strip_dummy_prefix(const Tokenizer& tok, std::string& piece) {
-  if (tok.vocab().add_space_prefix && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+// The start-of-text rule shared by decode() and StreamDecoder, applied to one
+// token's piece while no text has been produced yet. Returns whether the
+// text is still at its start afterwards.
+//  - Control tokens and tokens that render as nothing do not start the text.
+//  - A normal piece beginning with "▁" loses that one space: it is the dummy
+//    prefix encoding added. Byte tokens are literal and keep theirs, as in
+//    SentencePiece's decoder.
+//  - With remove_extra_whitespaces (text never starts with a space), a piece
+//    that was only that space leaves us at the start, so SentencePiece's
+//    decoder drops every leading space then; otherwise just the first.
+bool text_start_rule(const Tokenizer& tok, int32_t id, std::string& piece) {
+  if (piece.empty() || tok.is_control(id)) return true;
+  const Vocab& v = tok.vocab();
+  const TokenType t = v.types[static_cast<size_t>(id)];
+  if (!v.add_space_prefix || piece[0] != ' ' ||
+      (t != TokenType::Normal && t != TokenType::Undefined))
+    return false;
+  piece.erase(0, 1);
+  return v.remove_extra_whitespaces && piece.empty();
 }
 
 }  // namespace
@@ -34,10 +44,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_speci
   bool at_start = true;
   for (int32_t id : ids) {
     std::string piece = token_to_piece(id, render_special);
-    if (at_start && !before_text(*this, id, piece)) {
-      strip_dummy_prefix(*this, piece);
-      at_start = false;
-    }
+    if (at_start) at_start = text_start_rule(*this, id, piece);
     out += piece;
   }
   return out;
@@ -67,10 +74,7 @@ bool Tokenizer::is_eog(int32_t id) const {
 
 std::string StreamDecoder::push(int32_t id) {
   std::string piece = tok_.token_to_piece(id, render_special_);
-  if (at_start_ && !before_text(tok_, id, piece)) {
-    strip_dummy_prefix(tok_, piece);
-    at_start_ = false;
-  }
+  if (at_start_) at_start_ = text_start_rule(tok_, id, piece);
   pending_ += piece;
 
   // Emit every complete code point; hold back a well-formed but truncated
