@@ -116,6 +116,8 @@ std::vector<std::string> valid_strings() {
       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
       "ied 4 \xC2\xBD months",
   };
+  v.push_back(std::string("a\0b", 3));  // NUL is an ordinary character
+  v.push_back(std::string("\0", 1));
   // Long text.
   const std::string eval = infer_test::shared_file("text/stories-eval.txt");
   if (!eval.empty()) {
@@ -191,6 +193,12 @@ std::vector<std::string> invalid_strings() {
       const uint32_t r = rng() % 10;
       s += static_cast<char>(r < 6 ? 0x80 + rng() % 0x80 : r < 8 ? 0x20 : 0x21 + rng() % 0x5E);
     }
+    v.push_back(s);
+  }
+  for (int i = 0; i < 50; ++i) {  // any bytes at all
+    const int len = static_cast<int>(rng() % 16) + 1;
+    std::string s;
+    for (int k = 0; k < len; ++k) s += static_cast<char>(rng() & 0xFF);
     v.push_back(s);
   }
   return v;

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,27 @@ std::string hex(std::string_view s) {
     out += buf;
   }
   return out;
+}
+
+// Strict UTF-8 check (no overlongs, surrogates or values above U+10FFFF).
+bool well_formed_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c < 0x80) n = 1;
+    else if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    if (i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      const unsigned b = static_cast<unsigned char>(s[i + k]);
+      if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xBFu)) return false;
+    }
+    i += n;
+  }
+  return true;
 }
 
 Status status_of(const std::function<void()>& f) {
@@ -600,6 +622,62 @@ TEST_CASE("spm: StreamDecoder holds back split code points", "[tokenizer]") {
     CHECK(sd.push(1) == "<s>");
     CHECK(sd.push(tok.encode("hi", false)[0]) == "hi");  // still the start of the text
   }
+}
+
+TEST_CASE("spm: arbitrary bytes never break encode, decode or streaming", "[tokenizer]") {
+  const std::string S = "\xE2\x96\x81";
+  Vocab v = make_vocab({{S, -1},
+                        {"a", -2},
+                        {S + "a", -1},
+                        {"<|x|>", 0, TokenType::UserDefined},
+                        {"<|im_end|>", 0, TokenType::Control}},
+                       true);
+  auto tok = Tokenizer::create(v);
+  std::mt19937 rng(7);
+  const char alphabet[] = {'a', ' ', '<', '|', 'x', '>', 's', '/', '\x80', '\xC3', '\xE2', '\x96',
+                           '\x81', '\xFF', '\0', '\n'};
+  for (int i = 0; i < 2000; ++i) {
+    std::string text;
+    const int len = static_cast<int>(rng() % 24);
+    for (int k = 0; k < len; ++k)
+      text += rng() % 4 ? alphabet[rng() % sizeof alphabet] : static_cast<char>(rng() & 0xFF);
+    for (bool special : {false, true}) {
+      const Ids ids = tok->encode(text, true, special);
+      bool in_range = true;
+      for (int32_t id : ids) in_range = in_range && id >= 0 && id < tok->n_vocab();
+      REQUIRE(in_range);
+      (void)tok->decode(ids, special);
+      StreamDecoder sd(*tok);
+      std::string streamed;
+      for (int32_t id : ids) streamed += sd.push(id);
+      streamed += sd.flush();
+      INFO(hex(text));
+      REQUIRE(well_formed_utf8(streamed));  // the stream is always well-formed
+    }
+  }
+  // Random byte-token streams: always well-formed, and equal to decode()
+  // whenever the bytes themselves are.
+  for (int i = 0; i < 2000; ++i) {
+    Ids ids;
+    const int len = static_cast<int>(rng() % 12);
+    for (int k = 0; k < len; ++k)
+      ids.push_back(rng() % 3 ? 3 + static_cast<int32_t>(rng() % 256)
+                              : static_cast<int32_t>(rng() % static_cast<uint32_t>(tok->n_vocab())));
+    StreamDecoder sd(*tok);
+    std::string streamed;
+    for (int32_t id : ids) streamed += sd.push(id);
+    streamed += sd.flush();
+    REQUIRE(well_formed_utf8(streamed));
+    const std::string whole = tok->decode(ids);
+    if (well_formed_utf8(whole)) REQUIRE(streamed == whole);
+  }
+  CHECK(tok->is_eog(id_of(*tok, "<|im_end|>")));
+  CHECK(tok->is_control(id_of(*tok, "<|im_end|>")));
+  CHECK(!tok->is_eog(id_of(*tok, "<|x|>")));
+  CHECK(tok->encode("a<|im_end|>a", false, true) ==
+        Ids{id_of(*tok, S + "a"), id_of(*tok, "<|im_end|>"), id_of(*tok, S + "a")});
+  CHECK(tok->encode("a<|x|>a", false, false) ==
+        Ids{id_of(*tok, S + "a"), id_of(*tok, "<|x|>"), id_of(*tok, "a")});
 }
 
 // ---- speed (not run by default) ----------------------------------------------------

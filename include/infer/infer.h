@@ -14,7 +14,11 @@
  *    to the callback installed with infer_set_log_callback (none by default).
  *  - Output strings and arrays go into caller buffers; when a buffer is too
  *    small the call returns INFER_ERR_BUFFER_TOO_SMALL and reports the size
- *    it needs, so the caller can retry.
+ *    it needs, so the caller can retry. A NULL buffer with size 0 is the
+ *    way to ask for the size. Size/count out-pointers may be NULL.
+ *  - Result structs (infer_*_stats, infer_model_info, ...) are filled up to
+ *    the struct_size the caller set, so callers built against an older,
+ *    shorter layout keep working.
  *
  * Thread safety:
  *  - Global functions (version, status strings, log callback setup) may be
@@ -231,15 +235,16 @@ typedef struct infer_sampling_params {
   uint32_t struct_size;
   float temperature;         /* default 0.8; <= 0 is greedy */
   int32_t top_k;             /* default 40; <= 0 off */
-  float top_p;               /* default 0.95; 1 off */
-  float min_p;               /* default 0.05; 0 off */
+  float top_p;               /* default 0.95; in (0, 1]; 1 off */
+  float min_p;               /* default 0.05; in [0, 1]; 0 off */
   float repeat_penalty;      /* default 1 (off) */
   float frequency_penalty;   /* default 0 */
   float presence_penalty;    /* default 0 */
   int32_t penalty_last_n;    /* default 64; -1 the whole history */
   uint64_t seed;             /* default 0; same seed + same inputs = same output */
   const int32_t *logit_bias_tokens; /* n_logit_bias ids ... */
-  const float *logit_bias_values;   /* ... and what to add to their logits (-INFINITY bans) */
+  const float *logit_bias_values;   /* ... and what to add to their logits (-INFINITY bans;
+                                       NaN and +INFINITY are invalid) */
   size_t n_logit_bias;
 } infer_sampling_params;
 
@@ -255,7 +260,8 @@ typedef enum infer_finish_reason {
 
 /* Called for every generated token with the text it completes (complete
  * UTF-8 only; held-back bytes of stop strings come later). Return non-zero
- * to cancel the request. */
+ * to cancel the request (the token just reported still counts as
+ * generated). */
 typedef int32_t (*infer_token_fn)(infer_request *request, int32_t token, const char *text,
                                   size_t text_len, void *user_data);
 
@@ -266,13 +272,15 @@ typedef int32_t (*infer_token_fn)(infer_request *request, int32_t token, const c
 
 typedef struct infer_request_params {
   uint32_t struct_size;
-  const char *prompt;           /* UTF-8 text, or NULL when prompt_tokens is given */
+  const char *prompt;           /* UTF-8 text, or NULL when prompt_tokens is given. An
+                                   empty text is the BOS token alone (a model needs one
+                                   token to start from), whatever add_bos says. */
   size_t prompt_len;            /* bytes of prompt; 0 means strlen(prompt) */
   const int32_t *prompt_tokens; /* token ids used as they are (no BOS added) */
   size_t n_prompt_tokens;
   int32_t add_bos;              /* text prompts: 1, 0, or -1 as the vocabulary says (default) */
   int32_t parse_special;        /* text prompts: default 0 */
-  int32_t max_tokens;           /* default 256; 0 only scores the prompt */
+  int32_t max_tokens;           /* default 256; 0 only scores the prompt; < 0 is invalid */
   const infer_sampling_params *sampling; /* NULL: defaults */
   const char *const *stop;      /* stop strings; the text is cut before the match */
   size_t n_stop;
@@ -327,10 +335,17 @@ INFER_API infer_status infer_request_tokens(const infer_request *request, const 
 /* The generated text so far, NUL-terminated (stop string excluded). */
 INFER_API infer_status infer_request_text(const infer_request *request, char *buf,
                                           size_t buf_size, size_t *needed);
-/* Kept logits: n_rows rows of n_vocab floats, prompt positions first (when
- * INFER_LOGITS_PROMPT), then generated ones (INFER_LOGITS_GENERATED). Row i
- * of the prompt part is the distribution after prompt token i. Pointer valid
- * until the next step or free. */
+/* Kept logits: n_rows rows of n_vocab floats. A row is the distribution
+ * after one position of the sequence, in position order, and only positions
+ * fed to the model have one (the last generated token is never fed):
+ *  - INFER_LOGITS_PROMPT: the rows after each prompt token (n_prompt rows;
+ *    the last is the one the first generated token was drawn from).
+ *  - INFER_LOGITS_GENERATED: the row each generated token was drawn from
+ *    (n_generated rows, starting at the last prompt position).
+ *  - both: n_prompt + n_generated - 1 rows, positions 0, 1, 2, ... as in a
+ *    reference dump of every position.
+ * INVALID_ARGUMENT when the request was submitted without these flags.
+ * Pointer valid until the next step or free. */
 INFER_API infer_status infer_request_logits(const infer_request *request, const float **data,
                                             size_t *n_rows, size_t *n_vocab);
 /* The error message when finish_reason is INFER_FINISH_ERROR ("" otherwise). */

@@ -12,7 +12,7 @@
 namespace infer {
 
 namespace {
-constexpr int kSpinIterations = 1 << 14;  // ~tens of microseconds before sleeping
+constexpr int kSpinIterations = 1 << 12;  // pauses (then yields) before sleeping / yielding
 }
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -38,7 +38,11 @@ void ThreadPool::worker(int tid) {
     // Wait for a new generation: spin first, then sleep.
     uint64_t gen = generation_.load(std::memory_order_acquire);
     for (int i = 0; gen == seen && i < kSpinIterations; ++i) {
-      INFER_CPU_RELAX();
+      if (i < kSpinIterations / 4) {
+        INFER_CPU_RELAX();
+      } else {
+        std::this_thread::yield();
+      }
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
@@ -79,7 +83,15 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   } catch (...) {
     caller_error = std::current_exception();
   }
-  while (pending_.load(std::memory_order_acquire) != 0) INFER_CPU_RELAX();
+  // Spin briefly, then yield: on an oversubscribed machine a worker may be
+  // waiting for this very core.
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < kSpinIterations) {
+      INFER_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
   job_ = nullptr;
   std::exception_ptr worker_error;
   {

@@ -82,7 +82,11 @@ class Tokenizer {
 
   // Whole-sequence decode. With add_space_prefix vocabularies the single
   // leading space that encoding added is removed when the sequence starts at
-  // the beginning of the text (first token, or first after BOS).
+  // the beginning of the text: from the first normal piece, after any control
+  // tokens (BOS); byte tokens are literal. This matches SentencePiece's
+  // decoder, so decode(encode(s)) == s for well-formed UTF-8 (leading spaces
+  // included) unless remove_extra_whitespaces is set. Invalid UTF-8 in the
+  // token bytes is passed through unchanged (StreamDecoder replaces it).
   std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
 
   // End of generation: EOS, EOT, or another end-of-generation control token.

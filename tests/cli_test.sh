@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `infer` command-line tool against ../shared.
+#
+#   cli_test.sh PATH_TO_INFER_BINARY
+#
+# The shared directory is $INFER_SHARED_DIR, else ../../shared from this
+# script (tests/ -> checkout -> its parent). Exits 77 (skipped) when the
+# shared model is absent, 1 when a check fails, 0 otherwise. Needs python3
+# (standard library only) to compare logits and parse JSON.
+set -u
+
+INFER=${1:-}
+if [ -z "$INFER" ] || [ ! -x "$INFER" ]; then
+  echo "usage: $0 PATH_TO_INFER_BINARY (got '${INFER}')" >&2
+  exit 1
+fi
+
+SCRIPT_DIR=$(cd "$(dirname "$0")" && pwd)
+SHARED=${INFER_SHARED_DIR:-$SCRIPT_DIR/../../shared}
+MODEL=$SHARED/models/stories260K.gguf
+REF=$SHARED/reference
+if [ ! -f "$MODEL" ]; then
+  echo "SKIPPED: $MODEL not found (set INFER_SHARED_DIR to the shared directory)"
+  exit 77
+fi
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "SKIPPED: python3 not found"
+  exit 77
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/infer-cli-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+PASSED=0
+FAILED=0
+pass() {
+  PASSED=$((PASSED + 1))
+  echo "ok   - $1"
+}
+fail() {
+  FAILED=$((FAILED + 1))
+  echo "FAIL - $1"
+  if [ -n "${2:-}" ]; then printf '%s\n' "$2" | head -n 20 | sed 's/^/       /'; fi
+}
+
+# run_cli ARGS...: stdout -> $OUT, stderr -> $ERR, exit status -> $RC.
+OUT=$TMP/stdout
+ERR=$TMP/stderr
+RC=0
+run_cli() {
+  timeout 300 "$INFER" "$@" >"$OUT" 2>"$ERR"
+  RC=$?
+}
+# What the last command said, for failure messages.
+said() {
+  echo "exit status $RC; stderr:"
+  head -c 1500 "$ERR"
+}
+
+# expect_ok NAME: the last command succeeded.
+expect_ok() {
+  if [ "$RC" -eq 0 ]; then pass "$1"; else fail "$1" "$(said)"; fi
+}
+
+# expect_error NAME: the last command failed cleanly: non-zero exit (not a
+# signal or a timeout), a message on stderr, no abort or exception trace.
+expect_error() {
+  local why=""
+  if [ "$RC" -eq 0 ]; then
+    why="exit status 0, expected an error"
+  elif [ "$RC" -ge 124 ]; then
+    why="exit status $RC: killed by a signal or timed out"
+  elif [ ! -s "$ERR" ]; then
+    why="no message on stderr"
+  elif grep -qiE 'Aborted|terminate called|core dumped|Segmentation fault|what\(\)|stack trace|AddressSanitizer|runtime error' "$ERR"; then
+    why="a crash or an uncaught exception"
+  fi
+  if [ -z "$why" ]; then pass "$1"; else fail "$1" "$why
+$(said)"; fi
+}
+
+# starts_with NAME FILE REFERENCE N: FILE begins with the first N bytes of
+# REFERENCE (byte for byte: the reference text has no leading space).
+starts_with() {
+  local name=$1 file=$2 ref=$3 n=$4
+  if [ "$(head -c "$n" "$file" | od -An -c)" = "$(head -c "$n" "$ref" | od -An -c)" ]; then
+    pass "$name"
+  else
+    fail "$name" "got:      $(head -c "$n" "$file")
+expected: $(head -c "$n" "$ref")"
+  fi
+}
+
+# Python helpers: logits comparison and JSON checks.
+cat >"$TMP/check.py" <<'PY'
+import json, math, struct, sys
+
+def logits(args):
+    # logits OUT REF ROWS TOL [TOKENS]: OUT holds exactly ROWS rows of 512
+    # little-endian float32 values, each within TOL of REF's first ROWS rows;
+    # with TOKENS, row i's argmax is TOKENS[i + 1].
+    out, ref, rows, tol = args[0], args[1], int(args[2]), float(args[3])
+    nv = 512
+    a = open(out, "rb").read()
+    b = open(ref, "rb").read()
+    if len(a) != rows * nv * 4:
+        print(f"{out}: {len(a)} bytes = {len(a) / (nv * 4):g} rows, expected {rows} rows ({rows * nv * 4} bytes)")
+        return 1
+    if len(b) < len(a):
+        print(f"{ref}: only {len(b)} bytes")
+        return 1
+    fa = struct.unpack(f"<{rows * nv}f", a)
+    fb = struct.unpack(f"<{rows * nv}f", b[: len(a)])
+    worst, where = 0.0, None
+    for i, (x, y) in enumerate(zip(fa, fb)):
+        d = abs(x - y)
+        if not d <= worst:  # NaN counts as the worst
+            worst, where = d, i
+    if not worst <= tol:
+        r, v = divmod(where, nv)
+        print(f"max |diff| {worst} > {tol} at row {r}, token {v}: {fa[where]} vs {fb[where]}")
+        return 1
+    if len(args) > 4:
+        toks = [int(t) for t in open(args[4]).read().split()]
+        for r in range(min(rows - 1, len(toks) - 1)):
+            row = fa[r * nv:(r + 1) * nv]
+            best = max(range(nv), key=lambda v: row[v])
+            if best != toks[r + 1]:
+                print(f"row {r}: argmax {best}, reference token {toks[r + 1]}")
+                return 1
+    return 0
+
+def load_json(path):
+    text = open(path, encoding="utf-8", errors="replace").read()
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    lines = [l for l in text.splitlines() if l.strip()]
+    if not lines:
+        raise ValueError("no output")
+    return json.loads(lines[-1])  # the last line, after streamed text
+
+def keys(args):
+    # keys FILE K...: FILE (whole, or its last line) is a JSON object with
+    # keys K; numbers among them are finite.
+    try:
+        d = load_json(args[0])
+    except ValueError as e:
+        print(f"not JSON: {e}")
+        return 1
+    if not isinstance(d, dict):
+        print(f"not a JSON object: {d!r}"[:300])
+        return 1
+    for k in args[1:]:
+        if k not in d:
+            print(f"key {k!r} missing in {sorted(d)}")
+            return 1
+        v = d[k]
+        if isinstance(v, (int, float)) and not math.isfinite(v):
+            print(f"{k} = {v} is not finite")
+            return 1
+    return 0
+
+def perplexity(args):
+    d = load_json(args[0])
+    p = d.get("perplexity")
+    if not isinstance(p, (int, float)) or not math.isfinite(p) or not p > 1:
+        print(f"perplexity {p!r} is not a finite number > 1")
+        return 1
+    return 0
+
+def ge(args):
+    # ge FILE KEY MIN: numeric FILE[KEY] >= MIN
+    d = load_json(args[0])
+    v = d.get(args[1])
+    if not isinstance(v, (int, float)) or not v >= float(args[2]):
+        print(f"{args[1]} = {v!r}, expected >= {args[2]}")
+        return 1
+    return 0
+
+def eq(args):
+    # eq FILE KEY VALUE: FILE[KEY] == VALUE (compared as numbers)
+    d = load_json(args[0])
+    v = d.get(args[1])
+    if not isinstance(v, (int, float)) or v != float(args[2]):
+        print(f"{args[1]} = {v!r}, expected {args[2]}")
+        return 1
+    return 0
+
+sys.exit({"logits": logits, "keys": keys, "perplexity": perplexity, "ge": ge, "eq": eq}[sys.argv[1]](sys.argv[2:]))
+PY
+# verify NAME CHECK ARGS...: runs a check.py check as a test.
+verify() {
+  local name=$1 msg
+  shift
+  if msg=$(python3 "$TMP/check.py" "$@" 2>&1); then pass "$name"; else fail "$name" "$msg"; fi
+}
+
+# ---- run: greedy text against the reference implementation ---------------------------
+
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 64
+expect_ok "run greedy from a text prompt"
+starts_with "run greedy text matches stories260K-once.txt" "$OUT" "$REF/stories260K-once.txt" 100
+
+run_cli run -m "$MODEL" -p "" --temp 0 -n 40
+expect_ok "run greedy from BOS alone (-p \"\")"
+starts_with "run from BOS matches stories260K-bos.txt" "$OUT" "$REF/stories260K-bos.txt" 80
+
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0.8 --top-k 40 --top-p 0.9 --min-p 0.05 \
+  --repeat-penalty 1.1 --seed 7 -t 2 -n 16
+expect_ok "run with every sampling flag"
+cp "$OUT" "$TMP/seeded1"
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0.8 --top-k 40 --top-p 0.9 --min-p 0.05 \
+  --repeat-penalty 1.1 --seed 7 -t 2 -n 16
+if cmp -s "$OUT" "$TMP/seeded1"; then pass "same seed, same text"; else fail "same seed, same text"; fi
+
+printf 'Once upon a time' >"$TMP/prompt.txt"
+run_cli run -m "$MODEL" -f "$TMP/prompt.txt" --temp 0 -n 32
+expect_ok "run with the prompt from a file (-f)"
+starts_with "run -f gives the same greedy text" "$OUT" "$REF/stories260K-once.txt" 80
+
+# ---- run --json ------------------------------------------------------------------------
+
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 16 --json
+expect_ok "run --json"
+verify "run --json: the last line is an object with the statistics" keys "$OUT" prompt_tokens generated_tokens ttft_ms tpot_ms prefill_tokens_per_s decode_tokens_per_s
+verify "run --json: prompt_tokens is 5" eq "$OUT" prompt_tokens 5
+verify "run --json: generated_tokens is 16" eq "$OUT" generated_tokens 16
+
+# ---- run --tokens / --dump-logits against the reference logits --------------------------
+# One row per position fed to the model: the prompt's, then the generated
+# tokens' except the last (never fed), so -n N after P prompt tokens gives
+# P + N - 1 rows (P when N is 0), rows i of the reference's positions.
+
+head -n 5 "$REF/stories260K-once.tokens" >"$TMP/once5.tokens"
+run_cli run -m "$MODEL" --tokens "$TMP/once5.tokens" -n 0 --temp 0 --dump-logits "$TMP/once5.f32"
+expect_ok "run --tokens --dump-logits -n 0"
+verify "prompt logits match the reference (5 rows, 1e-4)" logits "$TMP/once5.f32" "$REF/stories260K-once.logits.f32" 5 1e-4
+
+run_cli run -m "$MODEL" --tokens "$TMP/once5.tokens" -n 12 --temp 0 --dump-logits "$TMP/once16.f32"
+expect_ok "run --tokens --dump-logits -n 12"
+verify "prompt + generated logits match the reference (16 rows)" logits "$TMP/once16.f32" "$REF/stories260K-once.logits.f32" 16 1e-4 "$REF/stories260K-once.tokens"
+
+# ---- convert llama2c, then the second model against its reference ------------------------
+
+XS=$TMP/stories-xs.gguf
+run_cli convert llama2c "$SHARED/models/stories-xs.bin" "$SHARED/models/tok512.bin" -o "$XS"
+expect_ok "convert llama2c stories-xs.bin tok512.bin"
+if [ -s "$XS" ]; then
+  pass "convert wrote a file"
+  run_cli info -m "$XS" --json
+  expect_ok "info on the converted model"
+  verify "info --json on the converted model parses" keys "$OUT"
+
+  echo 1 >"$TMP/bos.tokens"
+  run_cli run -m "$XS" --tokens "$TMP/bos.tokens" --temp 0 -n 200 --dump-logits "$TMP/xs.f32"
+  expect_ok "run the converted model for 200 tokens"
+  starts_with "converted model's text matches stories-xs-bos.txt" "$OUT" "$REF/stories-xs-bos.txt" 100
+  verify "all 200 rows of logits and argmax tokens match the reference" logits "$TMP/xs.f32" "$REF/stories-xs-bos.logits.f32" 200 1e-4 "$REF/stories-xs-bos.tokens"
+else
+  fail "convert wrote a file" "$(said)"
+fi
+
+run_cli convert llama2c "$TMP/no-such.bin" "$SHARED/models/tok512.bin" -o "$TMP/never.gguf"
+expect_error "convert with a missing checkpoint fails cleanly"
+
+# ---- info, tokenize, perplexity, bench ---------------------------------------------------
+
+run_cli info -m "$MODEL"
+expect_ok "info"
+run_cli info -m "$MODEL" --json
+expect_ok "info --json"
+verify "info --json parses" keys "$OUT"
+
+run_cli tokenize -m "$MODEL" -p "Once upon a time"
+expect_ok "tokenize"
+got=$(tr -s ' \t\n' ' ' <"$OUT" | sed 's/^ //; s/ $//')
+if [ "$got" = "1 403 407 261 378" ]; then pass "tokenize \"Once upon a time\""; else fail "tokenize" "got '$got'"; fi
+run_cli tokenize -m "$MODEL" -p "Once upon a time" --no-bos
+got=$(tr -s ' \t\n' ' ' <"$OUT" | sed 's/^ //; s/ $//')
+if [ "$RC" -eq 0 ] && [ "$got" = "403 407 261 378" ]; then pass "tokenize --no-bos"; else fail "tokenize --no-bos" "got '$got'; $(said)"; fi
+run_cli tokenize -m "$MODEL" -f "$TMP/prompt.txt"
+got=$(tr -s ' \t\n' ' ' <"$OUT" | sed 's/^ //; s/ $//')
+if [ "$RC" -eq 0 ] && [ "$got" = "1 403 407 261 378" ]; then pass "tokenize -f"; else fail "tokenize -f" "got '$got'; $(said)"; fi
+
+run_cli perplexity -m "$MODEL" -f "$SHARED/text/stories-eval.txt" --json
+expect_ok "perplexity --json"
+verify "perplexity is a finite number > 1" perplexity "$OUT"
+run_cli perplexity -m "$MODEL" -f "$SHARED/text/stories-eval.txt" --ctx 128 --json
+expect_ok "perplexity --ctx 128"
+
+run_cli bench -m "$MODEL" -p 16 -n 8 -t 2 --json
+expect_ok "bench --json"
+verify "bench --json parses" keys "$OUT"
+
+# ---- errors: clean messages, non-zero exits, no aborts -----------------------------------
+
+run_cli run -m "$TMP/no-such-model.gguf" -p "hi" -n 4
+expect_error "missing model file"
+printf 'this is not a gguf file' >"$TMP/junk.gguf"
+run_cli run -m "$TMP/junk.gguf" -p "hi" -n 4
+expect_error "a file that is not GGUF"
+run_cli info -m "$TMP/no-such-model.gguf"
+expect_error "info on a missing model file"
+run_cli run -m "$MODEL" -p "hi" --no-such-flag
+expect_error "unknown flag"
+run_cli run -m "$MODEL" -p "hi" -n -5
+expect_error "-n -5"
+run_cli run -m "$MODEL" -p "hi" -n abc
+expect_error "-n abc"
+run_cli run -m "$MODEL" -p "hi" --temp nan-ish
+expect_error "--temp with a non-number"
+run_cli run -m "$MODEL" -p "hi" -n
+expect_error "a flag missing its value"
+printf '1 99999 403\n' >"$TMP/bad.tokens"
+run_cli run -m "$MODEL" --tokens "$TMP/bad.tokens" -n 4
+expect_error "a token id out of range in --tokens"
+printf '1 four 403\n' >"$TMP/bad2.tokens"
+run_cli run -m "$MODEL" --tokens "$TMP/bad2.tokens" -n 4
+expect_error "a non-number in --tokens"
+run_cli run -m "$MODEL" -f "$TMP/no-such-prompt.txt" -n 4
+expect_error "a missing prompt file"
+run_cli no-such-command
+expect_error "an unknown subcommand"
+run_cli
+expect_error "no subcommand"
+run_cli tokenize -m "$MODEL"
+expect_error "tokenize without text"
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
