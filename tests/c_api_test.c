@@ -103,6 +103,18 @@ static char *read_all(const char *path, size_t *len) {
   return buf;
 }
 
+/* out = dir + rel; 0 when it does not fit (a path that long is not ours). */
+static int path_join(char *out, size_t n, const char *dir, const char *rel) {
+  size_t a = strlen(dir), b = strlen(rel);
+  if (a + b + 1 > n) {
+    if (n > 0) out[0] = '\0';
+    return 0;
+  }
+  memcpy(out, dir, a);
+  memcpy(out + a, rel, b + 1);
+  return 1;
+}
+
 /* Finds the shared directory (see the top of the file); 1 when found. */
 static int find_shared(char *dir, size_t size) {
   static const char *const candidates[] = {"../shared", "../../shared", "../../../shared"};
@@ -111,12 +123,12 @@ static int find_shared(char *dir, size_t size) {
   size_t i;
   if (env != NULL && *env != '\0') {
     snprintf(dir, size, "%s", env);
-    snprintf(probe, sizeof probe, "%s/models/stories260K.gguf", dir);
+    path_join(probe, sizeof probe, dir, "/models/stories260K.gguf");
     return file_exists(probe);
   }
   for (i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
     snprintf(dir, size, "%s", candidates[i]);
-    snprintf(probe, sizeof probe, "%s/models/stories260K.gguf", dir);
+    path_join(probe, sizeof probe, dir, "/models/stories260K.gguf");
     if (file_exists(probe)) return 1;
   }
   return 0;
@@ -494,7 +506,7 @@ static void load_reference(const char *shared, reference *ref) {
   size_t len = 0;
   char *toks;
   memset(ref, 0, sizeof *ref);
-  snprintf(path, sizeof path, "%s/reference/stories260K-once.txt", shared);
+  path_join(path, sizeof path, shared, "/reference/stories260K-once.txt");
   ref->once_txt = read_all(path, &len);
   CHECK(ref->once_txt != NULL);
   if (ref->once_txt != NULL) {
@@ -504,7 +516,7 @@ static void load_reference(const char *shared, reference *ref) {
     ref->once_cont = "";
   }
 
-  snprintf(path, sizeof path, "%s/reference/stories260K-once.logits.f32", shared);
+  path_join(path, sizeof path, shared, "/reference/stories260K-once.logits.f32");
   if (little_endian()) {
     char *raw = read_all(path, &len);
     CHECK(raw != NULL && len == 128 * 512 * 4);
@@ -516,7 +528,7 @@ static void load_reference(const char *shared, reference *ref) {
     }
   }
 
-  snprintf(path, sizeof path, "%s/reference/stories260K-once.tokens", shared);
+  path_join(path, sizeof path, shared, "/reference/stories260K-once.tokens");
   toks = read_all(path, &len);
   CHECK(toks != NULL);
   if (toks != NULL) {
@@ -1023,7 +1035,7 @@ int main(void) {
   }
   load_reference(shared, &ref);
 
-  snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
+  path_join(path, sizeof path, shared, "/models/stories260K.gguf");
   CHECK_STATUS(infer_model_load(path, NULL, &model), INFER_OK);
   if (model == NULL) {
     fprintf(stderr, "cannot load %s: %s\n", path, infer_last_error());

@@ -233,7 +233,11 @@ void compare(const char* model_rel, const char* gguf_rel, bool remove_extra_whit
     CHECK(same);
     // Detokenization agrees with SentencePiece's too.
     if (same) CHECK(tok->decode(got) == sp.DecodeIds(want));
-    (void)valid;
+    // Without whitespace squeezing, well-formed text round-trips exactly,
+    // except that a literal U+2581 in the input comes back as ' ' (it is the
+    // space marker; SentencePiece does the same).
+    if (valid && !remove_extra_whitespaces && s.find("\xE2\x96\x81") == std::string::npos)
+      CHECK(tok->decode(got) == s);
   };
   for (const auto& s : valid_strings()) check(s, true);
   for (const auto& s : invalid_strings()) check(s, false);
