@@ -1,0 +1,187 @@
+// Shared pieces of the infer CLI: flag parsing, errors, RAII owners of the C
+// handles, and the command registry. Only include/infer/infer.h is used.
+#pragma once
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "infer/infer.h"
+
+namespace cli {
+
+inline const char* kDefaultModel = "../shared/models/stories260K.gguf";
+
+struct UsageError {
+  std::string msg;
+};
+
+// A failure already reported through infer_last_error.
+struct ApiError {
+  std::string msg;
+};
+
+inline void check(infer_status st, const char* what) {
+  if (st != INFER_OK)
+    throw ApiError{std::string(what) + ": " + infer_status_string(st) + ": " + infer_last_error()};
+}
+
+// Minimal flag parser: flags that take a value, boolean flags, positionals.
+class Args {
+ public:
+  Args(int argc, char** argv, int first, const std::vector<std::string>& valued, const std::vector<std::string>& boolean) {
+    for (int i = first; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a.size() > 1 && a[0] == '-') {
+        std::string value;
+        bool has_eq = false;
+        if (a.rfind("--", 0) == 0) {
+          const size_t eq = a.find('=');
+          if (eq != std::string::npos) {
+            value = a.substr(eq + 1);
+            a = a.substr(0, eq);
+            has_eq = true;
+          }
+        }
+        if (contains(valued, a)) {
+          if (!has_eq) {
+            if (i + 1 >= argc) throw UsageError{"flag " + a + " needs a value"};
+            value = argv[++i];
+          }
+          values_[a] = value;
+        } else if (contains(boolean, a)) {
+          if (has_eq) throw UsageError{"flag " + a + " takes no value"};
+          flags_[a] = true;
+        } else {
+          throw UsageError{"unknown flag " + a};
+        }
+      } else {
+        positionals_.push_back(a);
+      }
+    }
+  }
+  bool has(const std::string& k) const { return values_.count(k) || flags_.count(k); }
+  std::string get(const std::string& k, const std::string& def = "") const {
+    auto it = values_.find(k);
+    return it == values_.end() ? def : it->second;
+  }
+  std::string get2(const std::string& a, const std::string& b, const std::string& def = "") const {
+    return has(a) ? get(a) : get(b, def);
+  }
+  bool flag(const std::string& k) const { return flags_.count(k) > 0; }
+  const std::vector<std::string>& positionals() const { return positionals_; }
+
+  long long get_int(const std::string& a, const std::string& b, long long def, long long lo, long long hi) const {
+    if (!has(a) && !has(b)) return def;
+    const std::string s = has(a) ? get(a) : get(b);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end || errno) throw UsageError{"expected an integer for " + (has(a) ? a : b) + ", got '" + s + "'"};
+    if (v < lo || v > hi)
+      throw UsageError{(has(a) ? a : b) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"};
+    return v;
+  }
+  double get_float(const std::string& k, double def) const {
+    if (!has(k)) return def;
+    const std::string s = get(k);
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end || !std::isfinite(v)) throw UsageError{"expected a number for " + k + ", got '" + s + "'"};
+    return v;
+  }
+
+ private:
+  static bool contains(const std::vector<std::string>& v, const std::string& s) {
+    for (const auto& x : v)
+      if (x == s) return true;
+    return false;
+  }
+  std::map<std::string, std::string> values_;
+  std::map<std::string, bool> flags_;
+  std::vector<std::string> positionals_;
+};
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw UsageError{"cannot read '" + path + "': " + std::strerror(errno)};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline std::string json_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char b[8];
+          std::snprintf(b, sizeof b, "\\u%04x", c);
+          o += b;
+        } else {
+          o += static_cast<char>(c);
+        }
+    }
+  }
+  return o;
+}
+
+inline std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+// RAII owners for the C handles.
+struct Model {
+  infer_model* m = nullptr;
+  Model(const std::string& path, bool vocab_only = false) {
+    infer_model_params p;
+    infer_model_params_init(&p);
+    p.vocab_only = vocab_only ? 1 : 0;
+    check(infer_model_load(path.c_str(), &p, &m), ("loading " + path).c_str());
+  }
+  ~Model() { infer_model_free(m); }
+};
+
+struct Engine {
+  infer_engine* e = nullptr;
+  Engine(infer_model* m, const infer_engine_params& p) { check(infer_engine_create(m, &p, &e), "creating the engine"); }
+  ~Engine() { infer_engine_free(e); }
+};
+
+inline std::string model_path(const Args& a) { return a.get2("-m", "--model", kDefaultModel); }
+
+// A subcommand: `infer NAME ...`. Each cmd_*.cpp registers its own with a
+// static Register object, so adding a command touches no other file.
+struct Command {
+  const char* name;
+  const char* usage;  // one or more lines shown by `infer --help`
+  int (*run)(int argc, char** argv);  // argv[1] is the command name
+};
+
+inline std::vector<Command>& commands() {
+  static std::vector<Command> all;
+  return all;
+}
+
+struct Register {
+  explicit Register(Command c) { commands().push_back(c); }
+};
+
+}  // namespace cli

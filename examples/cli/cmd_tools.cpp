@@ -1,0 +1,75 @@
+#include "cli.h"
+
+namespace cli {
+namespace {
+
+// ---- perplexity ----
+
+int cmd_perplexity(int argc, char** argv) {
+  Args a(argc, argv, 2, {"-m", "--model", "-f", "--file", "--ctx", "-c", "-t", "--threads"}, {"--json"});
+  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
+  if (!a.has("-f") && !a.has("--file")) throw UsageError{"perplexity needs -f TEXT_FILE"};
+  const std::string text = read_file(a.get2("-f", "--file"));
+  Model model(model_path(a));
+  infer_perplexity_result r;
+  std::memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  check(infer_perplexity(model.m, text.c_str(), static_cast<int32_t>(a.get_int("--ctx", "-c", 0, 0, 1 << 20)),
+                         static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024)), &r),
+        "computing perplexity");
+  if (a.flag("--json"))
+    std::printf("{\"perplexity\": %s, \"nll\": %s, \"n_tokens\": %lld, \"n_chunks\": %d}\n", num(r.perplexity).c_str(),
+                num(r.nll).c_str(), (long long)r.n_tokens, r.n_chunks);
+  else
+    std::printf("perplexity %.4f over %lld tokens (%d windows)\n", r.perplexity, (long long)r.n_tokens, r.n_chunks);
+  return 0;
+}
+
+
+// ---- bench ----
+
+int cmd_bench(int argc, char** argv) {
+  Args a(argc, argv, 2, {"-m", "--model", "-p", "-n", "-t", "--threads", "-r", "--reps"}, {"--json"});
+  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
+  Model model(model_path(a));
+  infer_bench_result r;
+  std::memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  const int32_t threads = static_cast<int32_t>(a.get_int("-t", "--threads", 2, 0, 1024));
+  check(infer_bench(model.m, static_cast<int32_t>(a.get_int("-p", "-p", 64, 1, 1 << 20)),
+                    static_cast<int32_t>(a.get_int("-n", "-n", 32, 0, 1 << 20)), threads,
+                    static_cast<int32_t>(a.get_int("-r", "--reps", 3, 1, 1000)), &r),
+        "benchmarking");
+  if (a.flag("--json"))
+    std::printf("{\"n_prompt\": %d, \"n_gen\": %d, \"threads\": %d, \"prefill_tokens_per_s\": %s, "
+                "\"decode_tokens_per_s\": %s, \"prefill_ms\": %s, \"decode_ms\": %s}\n",
+                r.n_prompt, r.n_gen, r.n_threads, num(r.prefill_tokens_per_s).c_str(),
+                num(r.decode_tokens_per_s).c_str(), num(r.prefill_ms).c_str(), num(r.decode_ms).c_str());
+  else
+    std::printf("prefill %d tokens: %.1f tok/s (%.2f ms)\ndecode  %d tokens: %.1f tok/s (%.2f ms)\nthreads %d\n",
+                r.n_prompt, r.prefill_tokens_per_s, r.prefill_ms, r.n_gen, r.decode_tokens_per_s, r.decode_ms,
+                r.n_threads);
+  return 0;
+}
+
+
+// ---- convert ----
+
+int cmd_convert(int argc, char** argv) {
+  Args a(argc, argv, 2, {"-o", "--output"}, {});
+  const auto& pos = a.positionals();
+  if (pos.empty() || pos[0] != "llama2c")
+    throw UsageError{"usage: infer convert llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf"};
+  if (pos.size() != 3 || !a.has("-o") && !a.has("--output"))
+    throw UsageError{"usage: infer convert llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf"};
+  const std::string out = a.get2("-o", "--output");
+  check(infer_convert_llama2c(pos[1].c_str(), pos[2].c_str(), out.c_str()), "converting");
+  std::fprintf(stderr, "wrote %s\n", out.c_str());
+  return 0;
+}
+
+const Register kPerplexity{{"perplexity", "-m MODEL -f TEXT [--ctx N] [-t N] [--json]", cmd_perplexity}};
+const Register kBench{{"bench", "prefill and decode speed: -m MODEL [-p 64] [-n 32] [-t 2] [-r 3] [--json]", cmd_bench}};
+const Register kConvert{{"convert", "llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf", cmd_convert}};
+}  // namespace
+}  // namespace cli
