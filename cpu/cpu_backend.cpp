@@ -7,11 +7,10 @@
 
 #include "core/backend.h"
 #include "core/error.h"
-#include "core/fp16.h"
 #include "core/threadpool.h"
 #include "cpu/kernels.h"
+#include "cpu/matmul.h"
 #include "kv/kv_cache.h"
-#include "quant/dequant.h"
 
 namespace infer {
 
@@ -23,28 +22,15 @@ class CpuBackend final : public Backend {
 
   const char* name() const override { return "cpu"; }
 
-  // Rows of W are split over threads; each row is converted to f32 once (if
-  // it is not f32 already) and then used for every row of x, so the weights
-  // are read once per call whatever m is.
+  // Quantized and float weights: cpu/matmul.cpp.
   void matmul(const WeightView& w, const float* x, int64_t m, float* y) override {
-    const int64_t n_in = w.n_in, n_out = w.n_out;
-    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_in * m));
-    pool_.run([&](int tid, int nth) {
-      const int64_t chunks = (n_out + grain - 1) / grain;
-      const int64_t c0 = chunks * tid / nth, c1 = chunks * (tid + 1) / nth;
-      if (c0 >= c1) return;
-      std::vector<float>& buf = scratch(tid, n_in);
-      for (int64_t r = c0 * grain; r < std::min(n_out, c1 * grain); ++r) {
-        const float* wr = row_f32(w, r, buf.data());
-        for (int64_t i = 0; i < m; ++i) y[i * n_out + r] = k_.dot_f32(x + i * n_in, wr, n_in);
-      }
-    });
+    cpu::matmul(pool_, w, x, m, y);
   }
 
   void get_rows(const WeightView& w, const int32_t* ids, int64_t m, float* out) override {
     for (int64_t i = 0; i < m; ++i) {
       float* dst = out + i * w.n_in;
-      const float* src = row_f32(w, ids[i], dst);
+      const float* src = cpu::weight_row_f32(w, ids[i], dst);
       if (src != dst) std::memcpy(dst, src, sizeof(float) * w.n_in);
     }
   }
@@ -162,21 +148,6 @@ class CpuBackend final : public Backend {
     std::vector<float>& s = scratch_[tid];
     if (static_cast<int64_t>(s.size()) < n) s.resize(static_cast<size_t>(n));
     return s;
-  }
-
-  // Row r of w as f32: a pointer into the weights for f32, else converted into buf.
-  const float* row_f32(const WeightView& w, int64_t r, float* buf) const {
-    const uint8_t* src = w.row(r);
-    switch (w.type) {
-      case DType::F32:
-        return reinterpret_cast<const float*>(src);
-      case DType::F16:
-        k_.f16_to_f32(reinterpret_cast<const uint16_t*>(src), buf, w.n_in);
-        return buf;
-      default:
-        dequantize_row(w.type, src, buf, w.n_in);
-        return buf;
-    }
   }
 
   ThreadPool& pool_;
