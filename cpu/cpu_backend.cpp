@@ -8,6 +8,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
 #include "kv/kv_cache.h"
@@ -18,7 +19,7 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(ThreadPool& pool) : pool_(pool), k_(cpu::kernels()), scratch_(pool.size()) {}
+  explicit CpuBackend(ThreadPool& pool) : pool_(pool), k_(cpu::kernels()) {}
 
   const char* name() const override { return "cpu"; }
 
@@ -81,78 +82,17 @@ class CpuBackend final : public Backend {
   }
 
   void kv_write(KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) override {
-    const KvLayout& L = kv.layout();
-    const int hd = L.head_dim, bs = L.block_size;
-    for (int64_t t = 0; t < b.n_tokens; ++t) {
-      const auto& table = kv.block_table(b.slot[t]);
-      const int p = b.pos[t];
-      const int blk = table[p / bs], off = p % bs;
-      float* kb = kv.k_block(layer, blk);
-      float* vb = kv.v_block(layer, blk);
-      for (int h = 0; h < L.n_kv_heads; ++h) {
-        const size_t dst = (static_cast<size_t>(h) * bs + off) * hd;
-        std::memcpy(kb + dst, k + t * L.kv_dim() + h * hd, sizeof(float) * hd);
-        std::memcpy(vb + dst, v + t * L.kv_dim() + h * hd, sizeof(float) * hd);
-      }
-    }
+    cpu::kv_write(kv, layer, k, v, b);
   }
 
-  // One (token, head) pair per work item: scores over the sequence's
-  // positions block by block, a numerically stable softmax, then the
-  // probability-weighted sum of V.
   void attention(const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head, float scale,
                  float* out) override {
-    const KvLayout& L = kv.layout();
-    const int hd = L.head_dim, bs = L.block_size;
-    const int group = n_head / L.n_kv_heads;
-    const int64_t items = b.n_tokens * n_head;
-    pool_.run([&](int tid, int nth) {
-      const int64_t i0 = items * tid / nth, i1 = items * (tid + 1) / nth;
-      for (int64_t it = i0; it < i1; ++it) {
-        const int64_t t = it / n_head;
-        const int h = static_cast<int>(it % n_head), kvh = h / group;
-        const int n_pos = b.pos[t] + 1;
-        const auto& table = kv.block_table(b.slot[t]);
-        const float* qh = q + (t * n_head + h) * hd;
-        std::vector<float>& sc = scratch(tid, n_pos);
-        float mx = -INFINITY;
-        for (int p0 = 0; p0 < n_pos; p0 += bs) {
-          const float* kb = kv.k_block(layer, table[p0 / bs]) + static_cast<size_t>(kvh) * bs * hd;
-          const int n = std::min(bs, n_pos - p0);
-          for (int j = 0; j < n; ++j) {
-            const float s = k_.dot_f32(qh, kb + j * hd, hd) * scale;
-            sc[p0 + j] = s;
-            mx = std::max(mx, s);
-          }
-        }
-        float sum = 0.0f;
-        for (int p = 0; p < n_pos; ++p) {
-          sc[p] = std::exp(sc[p] - mx);
-          sum += sc[p];
-        }
-        const float inv = 1.0f / sum;
-        float* oh = out + (t * n_head + h) * hd;
-        std::fill(oh, oh + hd, 0.0f);
-        for (int p0 = 0; p0 < n_pos; p0 += bs) {
-          const float* vb = kv.v_block(layer, table[p0 / bs]) + static_cast<size_t>(kvh) * bs * hd;
-          const int n = std::min(bs, n_pos - p0);
-          for (int j = 0; j < n; ++j) k_.axpy_f32(sc[p0 + j] * inv, vb + j * hd, oh, hd);
-        }
-      }
-    });
+    cpu::attention(pool_, q, kv, layer, b, n_head, scale, out);
   }
 
  private:
-  // A thread's scratch buffer with room for at least n floats.
-  std::vector<float>& scratch(int tid, int64_t n) {
-    std::vector<float>& s = scratch_[tid];
-    if (static_cast<int64_t>(s.size()) < n) s.resize(static_cast<size_t>(n));
-    return s;
-  }
-
   ThreadPool& pool_;
   const cpu::Kernels& k_;
-  std::vector<std::vector<float>> scratch_;
 };
 
 }  // namespace

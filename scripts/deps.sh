@@ -2,7 +2,7 @@
 # Installs the Debian packages libinfer needs, only those that are missing.
 set -euo pipefail
 pkgs=(cmake g++ ninja-build pkg-config libdnnl-dev libeigen3-dev catch2 libbenchmark-dev
-      libsentencepiece-dev python3)
+      libsentencepiece-dev libxxhash-dev libpcre2-dev libutf8proc-dev python3)
 if [ "${1:-}" = "--test" ]; then
   # The fuzz targets are built with clang's libFuzzer.
   pkgs+=(clang libclang-rt-14-dev)

@@ -32,6 +32,7 @@ struct AttnBatch {
   int64_t n_tokens = 0;
   const int32_t* pos = nullptr;
   const int32_t* slot = nullptr;
+  int32_t window = 0;  // sliding window: attend to positions > pos - window (0: all)
 };
 
 // Rotary embedding: dims [0, n_rot) of each head are rotated by
@@ -63,8 +64,9 @@ class Backend {
   virtual void add(float* x, const float* y, int64_t n) = 0;
   // Stores the K and V rows ([n_tokens][kv_dim]) of a layer into the cache.
   virtual void kv_write(KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) = 0;
-  // Causal attention of each token over positions [0, pos] of its sequence,
-  // read through the block table. q, out: [n_tokens][n_head * head_dim].
+  // Causal attention of each token over positions [0, pos] of its sequence
+  // (the last `window` of them for sliding-window models), read through the
+  // block table in the cache's element type. q, out: [n_tokens][n_head * head_dim].
   virtual void attention(const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,
                          float scale, float* out) = 0;
 };

@@ -16,8 +16,11 @@ struct Engine::Slot {
 
 void EngineParams::validate() const {
   if (n_threads < 0 || n_threads > 1024) raise(Status::InvalidArgument, "n_threads %d is out of range", n_threads);
-  if (block_size < 1 || block_size > 1024) raise(Status::InvalidArgument, "kv_block_size %d is out of range [1, 1024]", block_size);
+  if (block_size < 1 || block_size > 1024)
+    raise(Status::InvalidArgument, "kv_block_size %d is out of range [1, 1024]", block_size);
   if (kv_blocks < 0) raise(Status::InvalidArgument, "kv_blocks %d is negative", kv_blocks);
+  if (kv_type != KvType::F32 && kv_type != KvType::F16 && kv_type != KvType::I8)
+    raise(Status::InvalidArgument, "unknown KV element type %d", static_cast<int>(kv_type));
   if (max_seqs < 1 || max_seqs > 65536) raise(Status::InvalidArgument, "max_seqs %d is out of range", max_seqs);
   if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20))
     raise(Status::InvalidArgument, "max_batch_tokens %d is out of range", max_batch_tokens);
@@ -30,10 +33,12 @@ Engine::Engine(const Model& model, const EngineParams& params)
   const ModelConfig& c = model.config();
   n_ctx_ = params.n_ctx > 0 ? params.n_ctx : c.n_ctx_train;
   if (n_ctx_ <= 0) n_ctx_ = 2048;
+  window_ = c.sliding_window;
   backend_ = make_cpu_backend(pool_);
 
   KvLayout layout = model.kv_layout();
   layout.block_size = params.block_size;
+  layout.type = params.kv_type;
   const size_t per_block = layout.block_bytes();
   int64_t n_blocks = params.kv_blocks;
   if (n_blocks == 0) {
@@ -49,14 +54,20 @@ Engine::Engine(const Model& model, const EngineParams& params)
     raise(Status::InvalidArgument, "the KV budget is smaller than one block (%zu bytes)", per_block);
   if (n_blocks > (1 << 30)) raise(Status::InvalidArgument, "the KV budget is too large");
   layout.n_blocks = static_cast<int>(n_blocks);
+  const uint64_t host_blocks = params.host_kv_budget_bytes / per_block;
+  if (host_blocks > (1u << 30)) raise(Status::InvalidArgument, "the host KV budget is too large");
+  layout.n_host_blocks = static_cast<int>(host_blocks);
   kv_ = std::make_unique<KvCache>(layout);
-  log(LogLevel::Info, "engine: %d KV blocks of %d tokens (%.1f MiB), n_ctx %d, %d threads", layout.n_blocks,
-      layout.block_size, kv_->bytes_total() / 1048576.0, n_ctx_, pool_.size());
+  log(LogLevel::Info, "engine: %d %s KV blocks of %d tokens (%.1f MiB), %d host blocks, n_ctx %d, %d threads",
+      layout.n_blocks, kv_type_name(layout.type), layout.block_size, kv_->bytes_total() / 1048576.0,
+      layout.n_host_blocks, n_ctx_, pool_.size());
 }
 
 Engine::~Engine() = default;
 
-std::shared_ptr<Request> Engine::submit(RequestParams p) {
+bool Engine::caches_prefix(const Request& r) const { return params_.prefix_caching && r.params_.prefix_cache; }
+
+std::shared_ptr<Request> Engine::make_request(RequestParams& p) {
   const int32_t n_vocab = model_.config().n_vocab;
   if (p.prompt.empty()) raise(Status::InvalidArgument, "the prompt is empty (give at least one token, e.g. BOS)");
   for (int32_t t : p.prompt)
@@ -65,14 +76,37 @@ std::shared_ptr<Request> Engine::submit(RequestParams p) {
   const int32_t n_prompt = static_cast<int32_t>(p.prompt.size());
   if (n_prompt > n_ctx_)
     raise(Status::InvalidArgument, "the prompt has %d tokens, more than the context length %d", n_prompt, n_ctx_);
-  if (kv_->blocks_for(n_prompt + (p.max_tokens > 0 ? 1 : 0)) > kv_->n_blocks_total())
-    raise(Status::OutOfMemory, "the prompt needs %d KV blocks but the cache has only %d",
-          kv_->blocks_for(n_prompt + 1), kv_->n_blocks_total());
+  // Blocks the prompt holds at once (a sliding window bounds them).
+  int need = kv_->blocks_for(n_prompt + (p.max_tokens > 0 ? 1 : 0));
+  if (window_ > 0) need = std::min(need, kv_->blocks_for(window_ + params_.max_batch_tokens) + 1);
+  if (need > kv_->n_blocks_total())
+    raise(Status::OutOfMemory, "the prompt needs %d KV blocks but the cache has only %d", need, kv_->n_blocks_total());
   if (p.logits & ~7u) raise(Status::InvalidArgument, "unknown logits flags 0x%x", p.logits);
   p.sampling.validate(n_vocab);
-  auto r = std::make_shared<Request>(next_id_++, std::move(p), model_.tokenizer(), n_vocab);
+  return std::make_shared<Request>(next_id_++, std::move(p), model_.tokenizer(), n_vocab);
+}
+
+std::shared_ptr<Request> Engine::submit(RequestParams p) {
+  auto r = make_request(p);
   waiting_.push_back(r);
   return r;
+}
+
+std::vector<std::shared_ptr<Request>> Engine::submit_n(RequestParams p, int32_t n) {
+  if (n < 1 || n > params_.max_seqs)
+    raise(Status::InvalidArgument, "n = %d samples must be in [1, max_seqs = %d]", n, params_.max_seqs);
+  std::vector<std::shared_ptr<Request>> family;
+  for (int32_t i = 0; i < n; ++i) {
+    RequestParams q = p;
+    q.sampling.seed = p.sampling.seed + static_cast<uint64_t>(i);
+    family.push_back(make_request(q));
+  }
+  for (int32_t i = 1; i < n; ++i) {
+    family[i]->is_follower_ = true;
+    family[0]->followers_.push_back(family[i]);
+  }
+  waiting_.push_back(family[0]);
+  return family;
 }
 
 void Engine::release(Request& r) {
@@ -81,60 +115,133 @@ void Engine::release(Request& r) {
     r.slot_ = -1;
   }
   r.n_computed_ = 0;
+  r.swapped_ = false;
 }
 
-void Engine::finish_and_release(Request& r, FinishReason reason, Status status, std::string msg) {
-  r.finish(reason, status, std::move(msg));
-  release(r);
-}
-
-// Frees a running sequence's blocks and puts it back at the front of the
-// queue; its tokens (prompt + generated so far) are recomputed when it is
-// admitted again, so it continues exactly where it stopped.
+// Takes a running sequence off the GPU/CPU pool and puts it back at the front
+// of the queue: swapped to the host tier when there is room (it resumes with
+// no recomputation), else its blocks are freed and its tokens (prompt and
+// generated so far) are recomputed when it is admitted again. Either way it
+// continues exactly where it stopped.
 void Engine::preempt(Request& r) {
-  release(r);
   ++r.n_preemptions_;
+  ++stats_.n_preemptions;
+  if (kv_->host_enabled() && kv_->swap_out(r.slot_)) {
+    r.swapped_ = true;
+  } else {
+    release(r);
+  }
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &r; });
   std::shared_ptr<Request> keep = *it;
   running_.erase(it);
   waiting_.push_front(keep);
-  log(LogLevel::Debug, "engine: preempted request %llu", (unsigned long long)r.id());
+  log(LogLevel::Debug, "engine: preempted request %llu (%s)", (unsigned long long)r.id(),
+      r.swapped_ ? "swapped to host" : "will recompute");
 }
 
-// Makes room for n_tokens positions of r, preempting the most recently
-// admitted other running sequences while blocks are short. Returns false when
-// r itself does not fit.
-bool Engine::ensure_room(Request& r, int32_t n_tokens) {
-  while (!kv_->reserve(r.slot_, n_tokens)) {
+// Reserves blocks for positions [begin, end) of r and makes them writable
+// (copy-on-write of shared blocks), preempting the most recently admitted
+// other running sequences while blocks are short. False when r itself does
+// not fit.
+bool Engine::make_room(Request& r, int32_t begin, int32_t end) {
+  for (;;) {
+    if (kv_->reserve(r.slot_, end) && kv_->prepare_write(r.slot_, begin, end)) return true;
     Request* victim = nullptr;
     for (auto& p : running_)
-      if (p.get() != &r && p->slot_ >= 0 && (!victim || p->admit_order_ > victim->admit_order_)) victim = p.get();
+      if (p.get() != &r && p->slot_ >= 0 && !p->swapped_ && (!victim || p->admit_order_ > victim->admit_order_))
+        victim = p.get();
     if (!victim || victim->admit_order_ < r.admit_order_) return false;
     preempt(*victim);
   }
+}
+
+bool Engine::admit(const std::shared_ptr<Request>& rp, int32_t budget, std::vector<Slot>& plan, int32_t& used) {
+  Request& r = *rp;
+  const int32_t seqs = 1 + static_cast<int32_t>(r.followers_.size());
+  if (static_cast<int32_t>(running_.size()) + seqs > params_.max_seqs) return false;
+  const bool was_swapped = r.swapped_;
+  if (was_swapped) {
+    if (!kv_->swap_in(r.slot_)) return false;
+    r.swapped_ = false;
+  } else {
+    r.slot_ = kv_->add_sequence();
+    r.n_computed_ = 0;
+    // Prompt logits rows must be computed, so such requests skip the cache.
+    if (caches_prefix(r) && !(r.params_.logits & kLogitsPrompt)) {
+      const int32_t hit = kv_->match_prefix(r.slot_, r.tokens_.data(), static_cast<int>(r.tokens_.size()),
+                                            r.params_.cache_salt);
+      r.n_computed_ = hit;
+      if (!r.times_.scheduled) r.n_cached_ = std::min(hit, r.n_prompt_);
+    }
+  }
+  const int32_t take = std::min(static_cast<int32_t>(r.tokens_.size()) - r.n_computed_, budget);
+  if (!kv_->reserve(r.slot_, r.n_computed_ + take) || !kv_->prepare_write(r.slot_, r.n_computed_, r.n_computed_ + take)) {
+    // Not now: give back what was taken (the prefix blocks stay cached).
+    if (was_swapped && kv_->swap_out(r.slot_)) {
+      r.swapped_ = true;
+    } else {
+      release(r);
+    }
+    return false;
+  }
+  r.admit_order_ = ++admit_counter_;
+  if (!r.times_.scheduled) {
+    r.times_.scheduled = true;
+    r.times_.first_scheduled = Clock::now();
+  }
+  running_.push_back(rp);
+  plan.push_back({&r, r.n_computed_, take});
+  used = take;
   return true;
+}
+
+// A leader that ends before its prompt was computed lets its followers run on
+// their own.
+void Engine::release_followers(Request& leader) {
+  for (auto it = leader.followers_.rbegin(); it != leader.followers_.rend(); ++it) {
+    if ((*it)->finished()) continue;
+    (*it)->is_follower_ = false;
+    waiting_.push_front(*it);
+  }
+  leader.followers_.clear();
+}
+
+void Engine::drop_finished() {
+  std::vector<Request*> orphaned_leaders;
+  for (size_t i = 0; i < running_.size();) {
+    Request& r = *running_[i];
+    if (r.cancel_requested() && !r.finished()) r.finish(FinishReason::Cancelled);
+    if (r.finished()) {
+      release(r);
+      if (!r.followers_.empty()) orphaned_leaders.push_back(&r);
+      running_.erase(running_.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+  std::vector<std::shared_ptr<Request>> keep_alive;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Request& r = **it;
+    if (r.cancel_requested() && !r.finished()) r.finish(FinishReason::Cancelled);
+    if (r.finished()) {
+      release(r);
+      if (!r.followers_.empty()) {
+        keep_alive.push_back(*it);
+        orphaned_leaders.push_back(&r);
+      }
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (Request* r : orphaned_leaders) release_followers(*r);
 }
 
 bool Engine::schedule(std::vector<Slot>& plan) {
   plan.clear();
   batch_.clear();
   int32_t budget = params_.max_batch_tokens;
-
-  // Cancelled or already-finished requests leave first.
-  for (size_t i = 0; i < running_.size();) {
-    Request& r = *running_[i];
-    if (r.cancel_requested() && !r.finished()) r.finish(FinishReason::Cancelled);
-    if (r.finished()) {
-      release(r);
-      running_.erase(running_.begin() + i);
-    } else {
-      ++i;
-    }
-  }
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if ((*it)->cancel_requested() && !(*it)->finished()) (*it)->finish(FinishReason::Cancelled);
-    it = (*it)->finished() ? waiting_.erase(it) : it + 1;
-  }
+  drop_finished();
 
   // Running sequences: decode tokens first (one each), then prompt chunks.
   std::vector<Request*> order;
@@ -146,10 +253,10 @@ bool Engine::schedule(std::vector<Slot>& plan) {
   });
   for (Request* r : order) {
     if (budget == 0) break;
-    if (r->slot_ < 0) continue;  // preempted while making room for another
+    if (r->slot_ < 0 || r->swapped_) continue;  // preempted while making room for another
     const int32_t pending = static_cast<int32_t>(r->tokens_.size()) - r->n_computed_;
     const int32_t take = std::min(pending, budget);
-    if (!ensure_room(*r, r->n_computed_ + take)) {
+    if (!make_room(*r, r->n_computed_, r->n_computed_ + take)) {
       preempt(*r);
       continue;
     }
@@ -157,26 +264,17 @@ bool Engine::schedule(std::vector<Slot>& plan) {
     budget -= take;
   }
   // Admit waiting requests (FCFS) while there is room.
-  while (budget > 0 && !waiting_.empty() && static_cast<int32_t>(running_.size()) < params_.max_seqs) {
+  while (budget > 0 && !waiting_.empty()) {
     std::shared_ptr<Request> r = waiting_.front();
-    const int32_t pending = static_cast<int32_t>(r->tokens_.size());
-    const int32_t take = std::min(pending, budget);
-    if (kv_->blocks_for(take) > kv_->n_blocks_free()) break;
-    r->slot_ = kv_->add_sequence();
-    kv_->reserve(r->slot_, take);
-    r->n_computed_ = 0;
-    r->admit_order_ = ++admit_counter_;
-    if (!r->times_.scheduled) {
-      r->times_.scheduled = true;
-      r->times_.first_scheduled = Clock::now();
-    }
+    int32_t used = 0;
+    if (!admit(r, budget, plan, used)) break;
     waiting_.pop_front();
-    running_.push_back(r);
-    plan.push_back({r.get(), 0, take});
-    budget -= take;
+    budget -= used;
   }
   // A plan entry may belong to a sequence preempted after it was planned.
-  plan.erase(std::remove_if(plan.begin(), plan.end(), [](const Slot& s) { return s.req->slot_ < 0; }), plan.end());
+  plan.erase(std::remove_if(plan.begin(), plan.end(),
+                            [](const Slot& s) { return s.req->slot_ < 0 || s.req->swapped_; }),
+             plan.end());
 
   for (const Slot& s : plan) {
     Request& r = *s.req;
@@ -190,9 +288,57 @@ bool Engine::schedule(std::vector<Slot>& plan) {
   return !plan.empty();
 }
 
+void Engine::sample_next(Request& r, const float* lg) {
+  const int32_t n_vocab = model_.config().n_vocab;
+  if (r.n_generated() >= r.params_.max_tokens) {
+    r.finish(FinishReason::Length);
+    return;
+  }
+  r.scratch_.assign(lg, lg + n_vocab);
+  int32_t t;
+  try {
+    t = r.sampler_.sample(r.scratch_, r.tokens_);
+  } catch (const Error& e) {
+    r.finish(FinishReason::Error, e.status(), e.what());
+    return;
+  }
+  const bool eog = !r.params_.ignore_eos && model_.tokenizer().is_eog(t);
+  const bool at_limit = r.n_generated() + 1 >= r.params_.max_tokens ||
+                        static_cast<int32_t>(r.tokens_.size()) + 1 >= n_ctx_;
+  ++stats_.n_generated_tokens;
+  r.accept_token(t, eog, at_limit);
+}
+
+// The leader's prompt is in the cache: every follower takes a fork of its
+// sequence (all blocks shared, the partial last one copied on first write)
+// and draws its own first token from the same distribution.
+void Engine::fork_followers(Request& leader, const float* lg) {
+  std::vector<std::shared_ptr<Request>> followers;
+  followers.swap(leader.followers_);
+  for (auto& fp : followers) {
+    Request& f = *fp;
+    f.is_follower_ = false;
+    if (f.finished()) continue;
+    f.slot_ = kv_->fork(leader.slot_);
+    f.n_computed_ = leader.n_computed_;
+    f.n_cached_ = leader.n_cached_;
+    f.logits_ = leader.logits_;
+    f.n_logit_rows_ = leader.n_logit_rows_;
+    f.next_logit_pos_ = leader.next_logit_pos_;
+    f.times_.scheduled = true;
+    f.times_.first_scheduled = leader.times_.first_scheduled;
+    f.admit_order_ = ++admit_counter_;
+    running_.push_back(fp);
+    if (f.cancel_requested()) {
+      f.finish(FinishReason::Cancelled);
+      continue;
+    }
+    sample_next(f, lg);
+  }
+}
+
 void Engine::process_logits(const std::vector<Slot>& plan) {
   const int32_t n_vocab = model_.config().n_vocab;
-  const Tokenizer& tok = model_.tokenizer();
   size_t row = 0;  // index into logits_, in batch order
   for (const Slot& s : plan) {
     Request& r = *s.req;
@@ -220,25 +366,18 @@ void Engine::process_logits(const std::vector<Slot>& plan) {
       if (i != last) continue;
       // All known tokens are now in the cache: generate the next one.
       r.n_computed_ = last + 1;
-      if (r.n_generated() >= r.params_.max_tokens) {
-        r.finish(FinishReason::Length);
-        continue;
-      }
-      r.scratch_.assign(lg, lg + n_vocab);
-      int32_t t;
-      try {
-        t = r.sampler_.sample(r.scratch_, r.tokens_);
-      } catch (const Error& e) {
-        r.finish(FinishReason::Error, e.status(), e.what());
-        continue;
-      }
-      const bool eog = !r.params_.ignore_eos && tok.is_eog(t);
-      const bool at_limit = r.n_generated() + 1 >= r.params_.max_tokens ||
-                            static_cast<int32_t>(r.tokens_.size()) + 1 >= n_ctx_;
-      ++stats_.n_generated_tokens;
-      r.accept_token(t, eog, at_limit);
+      if (!r.followers_.empty()) fork_followers(r, lg);
+      sample_next(r, lg);
     }
     if (s.begin + s.count <= last) r.n_computed_ = s.begin + s.count;  // a prompt chunk, not the end
+  }
+  // Newly filled blocks join the prefix cache; blocks that slid out of the
+  // attention window are released.
+  for (auto& p : running_) {
+    Request& r = *p;
+    if (r.slot_ < 0 || r.swapped_) continue;
+    if (caches_prefix(r)) kv_->commit_blocks(r.slot_, r.tokens_.data(), r.n_computed_, r.params_.cache_salt);
+    if (window_ > 0) kv_->release_before(r.slot_, std::max(0, r.n_computed_ + 1 - window_));
   }
 }
 
@@ -253,7 +392,7 @@ int Engine::step() {
     } catch (const Error& e) {
       // A failed step fails the requests in it; the engine and others go on.
       ok = false;
-      for (const Slot& s : plan) finish_and_release(*s.req, FinishReason::Error, e.status(), e.what());
+      for (const Slot& s : plan) s.req->finish(FinishReason::Error, e.status(), e.what());
       log(LogLevel::Error, "engine: forward failed: %s", e.what());
     }
     if (ok) {
@@ -264,21 +403,12 @@ int Engine::step() {
     }
     ++stats_.n_steps;
   } else if (!waiting_.empty() && running_.empty()) {
-    // Nothing runs and the head of the queue cannot be admitted: with every
-    // block free this can only mean it can never fit.
-    std::shared_ptr<Request> r = waiting_.front();
-    waiting_.pop_front();
-    r->finish(FinishReason::Error, Status::OutOfMemory, "the request does not fit in the KV cache");
+    // Nothing runs and the head of the queue cannot be admitted with every
+    // block free: it can never fit.
+    waiting_.front()->finish(FinishReason::Error, Status::OutOfMemory, "the request does not fit in the KV cache");
   }
   // Sequences that finished this step give their blocks back now.
-  for (size_t i = 0; i < running_.size();) {
-    if (running_[i]->finished()) {
-      release(*running_[i]);
-      running_.erase(running_.begin() + i);
-    } else {
-      ++i;
-    }
-  }
+  drop_finished();
   return static_cast<int>(running_.size() + waiting_.size());
 }
 
@@ -291,6 +421,7 @@ EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.n_running = static_cast<int32_t>(running_.size());
   s.n_waiting = static_cast<int32_t>(waiting_.size());
+  s.kv = kv_->stats();
   return s;
 }
 

@@ -35,6 +35,8 @@ struct RequestParams {
   bool ignore_eos = false;
   uint32_t logits = 0;  // LogitsFlags
   TokenCallback on_token;
+  bool prefix_cache = true;  // look up / share this request's prompt blocks
+  uint64_t cache_salt = 0;   // requests share cached blocks only with equal salts
 };
 
 using Clock = std::chrono::steady_clock;
@@ -63,6 +65,8 @@ class Request {
   const std::vector<float>& logits() const { return logits_; }
   int64_t n_logit_rows() const { return n_logit_rows_; }
   const RequestTimes& times() const { return times_; }
+  int32_t n_cached() const { return n_cached_; }
+  int32_t n_preemptions() const { return n_preemptions_; }
   void request_cancel() { cancel_.store(true, std::memory_order_relaxed); }
   bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
 
@@ -95,6 +99,13 @@ class Request {
   std::vector<float> logits_;
   int64_t n_logit_rows_ = 0;
   std::vector<float> scratch_;   // logits copy for the sampler
+
+  int32_t n_cached_ = 0;         // prompt tokens found in the prefix cache (first admission)
+  bool swapped_ = false;         // preempted to the host tier: slot kept, blocks on the host
+  // n > 1 samples of one prompt: the leader computes the prompt, then each
+  // follower forks its KV (sharing every block) and samples on its own.
+  std::vector<std::shared_ptr<Request>> followers_;
+  bool is_follower_ = false;
 
   FinishReason finish_ = FinishReason::None;
   Status status_ = Status::Ok;

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <type_traits>
 
 #include <unistd.h>
@@ -380,11 +381,18 @@ std::unique_ptr<GgufFile> GgufFile::from_file(std::unique_ptr<MappedFile> file) 
   if (!file) raise(Status::InvalidArgument, "GGUF: no file given");
   std::unique_ptr<GgufFile> g(new GgufFile());
   g->file_ = std::move(file);
+  // Errors name the file when there is one.
+  auto fail = [&](Status s, const char* msg) -> Error {
+    if (g->file_->path().empty()) return Error(s, msg);
+    return Error(s, strformat("%s: %s", g->file_->path().c_str(), msg));
+  };
   try {
     g->parse();
   } catch (const Error& e) {
-    if (g->file_->path().empty()) throw;
-    throw Error(e.status(), strformat("%s: %s", g->file_->path().c_str(), e.what()));
+    throw fail(e.status(), e.what());
+  } catch (const std::bad_alloc&) {
+    // Sizes are bounded by the file size, but metadata still takes memory.
+    throw fail(Status::OutOfMemory, "GGUF: out of memory while reading the metadata");
   }
   return g;
 }

@@ -84,6 +84,8 @@ void LlamaModel::read_config() {
   if (!(c.rms_eps > 0.0f) || !(c.rope_freq_base > 0.0f) || !std::isfinite(c.rope_freq_base))
     raise(Status::Format, "rms epsilon or rope frequency base out of range");
   c.rope_neox = false;  // llama GGUF files store Q/K with interleaved rotary pairs
+  // Mistral-style sliding-window attention, when the file declares it.
+  if (gguf_->find(key("attention.sliding_window"))) c.sliding_window = get_dim("attention.sliding_window", 0);
 
   // Rotary inverse frequencies: theta_i = pos / base^(2i / n_rot), computed
   // in float like the reference implementations.
@@ -218,7 +220,7 @@ void LlamaModel::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace
   float* gate = grow(ws.gate, m * c.n_ff);
   float* up = grow(ws.up, m * c.n_ff);
 
-  AttnBatch ab{m, batch.pos.data(), batch.slot.data()};
+  AttnBatch ab{m, batch.pos.data(), batch.slot.data(), c.sliding_window};
   RopeParams rp{c.n_rot, c.rope_neox, inv_freq_.data(), c.rope_pos_scale};
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 

@@ -55,6 +55,7 @@ struct ModelConfig {
   float rope_pos_scale = 1.0f;  // linear rope scaling: positions are multiplied by this
   bool rope_neox = false;
   float rms_eps = 1e-5f;
+  int32_t sliding_window = 0;   // attend to the last N positions only (0: all)
 };
 
 struct LoadOptions {

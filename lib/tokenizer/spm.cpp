@@ -35,64 +35,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tokenizer/token_index.h"
 
 namespace infer {
-
-// ---- UTF-8 ------------------------------------------------------------------
-
-Utf8Status utf8_next(std::string_view s, size_t pos, size_t* len) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + pos;
-  const size_t avail = s.size() - pos;
-  const unsigned c = p[0];
-  if (c < 0x80) {
-    *len = 1;
-    return Utf8Status::Valid;
-  }
-  // Allowed range of the second byte narrows for E0, ED, F0 and F4 (no
-  // overlong forms, no surrogates, nothing above U+10FFFF).
-  size_t need;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    *len = 1;
-    return Utf8Status::Invalid;
-  }
-  for (size_t i = 1; i < need; ++i) {
-    if (i >= avail) {
-      *len = i;
-      return Utf8Status::Truncated;
-    }
-    const unsigned b = p[i];
-    const unsigned l = i == 1 ? lo : 0x80u, h = i == 1 ? hi : 0xBFu;
-    if (b < l || b > h) {
-      *len = i;
-      return Utf8Status::Invalid;
-    }
-  }
-  *len = need;
-  return Utf8Status::Valid;
-}
 
 namespace {
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581 "▁"
-
-// Length of the code point that starts with lead byte c in well-formed text.
-inline size_t utf8_len_from_lead(unsigned char c) {
-  if (c < 0x80) return 1;
-  if (c < 0xE0) return 2;
-  if (c < 0xF0) return 3;
-  return 4;
-}
 
 // Whether position pos of s starts a run of "▁": a "▁" not preceded by one.
 inline bool word_start(std::string_view s, size_t pos) {
@@ -114,106 +63,6 @@ int parse_byte_token(std::string_view t) {
   if (h < 0 || l < 0) return -1;
   return h * 16 + l;
 }
-
-// Token text -> id: open addressing over a flat array of (hash, id) slots, so
-// the lookups that dominate BPE (one per candidate pair) touch one or two
-// cache lines instead of walking a node-based hash map.
-class PieceTable {
- public:
-  explicit PieceTable(const std::vector<std::string>& tokens) : tokens_(tokens) {
-    size_t cap = 16;
-    while (cap < tokens.size() * 2) cap *= 2;
-    slots_.assign(cap, 0);
-    mask_ = cap - 1;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const std::string_view t = tokens[i];
-      if (find(t) >= 0) continue;  // first id wins for duplicate texts
-      const uint64_t h = hash(t);
-      size_t k = h & mask_;
-      while (slots_[k] != 0) k = (k + 1) & mask_;
-      slots_[k] = (h & 0xFFFFFFFF00000000ull) | (static_cast<uint64_t>(i) + 1);
-    }
-  }
-
-  // The id of the token with this exact text, or -1.
-  int32_t find(std::string_view s) const {
-    const uint64_t h = hash(s);
-    const uint64_t tag = h & 0xFFFFFFFF00000000ull;
-    for (size_t k = h & mask_;; k = (k + 1) & mask_) {
-      const uint64_t slot = slots_[k];
-      if (slot == 0) return -1;
-      if ((slot & 0xFFFFFFFF00000000ull) == tag) {
-        const size_t id = static_cast<size_t>(slot & 0xFFFFFFFFu) - 1;
-        if (tokens_[id] == s) return static_cast<int32_t>(id);
-      }
-    }
-  }
-
- private:
-  // FNV-1a, then a multiplicative mix so both halves are usable.
-  static uint64_t hash(std::string_view s) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;  // low bits pick the slot, high 32 bits are the tag
-  }
-
-  const std::vector<std::string>& tokens_;
-  std::vector<uint64_t> slots_;
-  size_t mask_ = 0;
-};
-
-// A byte trie over token texts for leftmost-longest matching.
-class TokenTrie {
- public:
-  TokenTrie() : nodes_(1) {}
-  bool empty() const { return nodes_.size() == 1; }
-
-  void insert(std::string_view text, int32_t id) {
-    int32_t n = 0;
-    for (unsigned char c : text) {
-      int32_t k = child(n, c);
-      if (k < 0) {
-        k = static_cast<int32_t>(nodes_.size());
-        auto& kids = nodes_[n].kids;
-        kids.insert(std::lower_bound(kids.begin(), kids.end(), std::make_pair(c, int32_t{0})),
-                    {c, k});
-        nodes_.emplace_back();
-      }
-      n = k;
-    }
-    if (nodes_[n].id < 0) nodes_[n].id = id;  // first token with this text wins
-  }
-
-  // Length of the longest token that is a prefix of s (0 when none).
-  size_t match(std::string_view s, int32_t* id) const {
-    size_t best = 0;
-    int32_t n = 0;
-    for (size_t i = 0; i < s.size(); ++i) {
-      n = child(n, static_cast<unsigned char>(s[i]));
-      if (n < 0) break;
-      if (nodes_[n].id >= 0) {
-        best = i + 1;
-        *id = nodes_[n].id;
-      }
-    }
-    return best;
-  }
-
- private:
-  struct Node {
-    int32_t id = -1;
-    std::vector<std::pair<unsigned char, int32_t>> kids;  // sorted by byte
-  };
-  int32_t child(int32_t n, unsigned char c) const {
-    const auto& kids = nodes_[n].kids;
-    auto it = std::lower_bound(kids.begin(), kids.end(), std::make_pair(c, int32_t{0}));
-    return it != kids.end() && it->first == c ? it->second : -1;
-  }
-  std::vector<Node> nodes_;
-};
 
 class SpmTokenizer final : public Tokenizer {
  public:
@@ -301,18 +150,28 @@ std::vector<int32_t> SpmTokenizer::encode(std::string_view text, bool add_bos,
   // Llama-2's reference chat code, which encodes each segment separately),
   // the text at the start and the text right after a control token get the
   // dummy prefix: "<s>[INST]" -> <s> "▁[" ...
+  // Tokens with lstrip/rstrip (see Tokenizer::strip_flags) also swallow the
+  // ASCII whitespace before/after them.
   const bool prefix = vocab_.add_space_prefix;
+  auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
   size_t start = 0;
   for (size_t i = 0; i < text.size();) {
     int32_t id = -1;
-    const size_t n = special_.match(text.substr(i), &id);
+    const size_t n = special_.starts(static_cast<unsigned char>(text[i]))
+                         ? special_.match(text.substr(i), &id)
+                         : 0;
     if (n == 0) {
       ++i;
       continue;
     }
-    if (i > start) encode_fragment(text.substr(start, i - start), prefix, out);
+    size_t left_end = i;
+    if (strip_flags(id) & kLStrip)
+      while (left_end > start && space(text[left_end - 1])) --left_end;
+    if (left_end > start) encode_fragment(text.substr(start, left_end - start), prefix, out);
     out.push_back(id);
     i += n;
+    if (strip_flags(id) & kRStrip)
+      while (i < text.size() && space(text[i])) ++i;
     start = i;
   }
   if (start < text.size()) encode_fragment(text.substr(start), prefix, out);

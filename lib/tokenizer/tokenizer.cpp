@@ -1,9 +1,11 @@
 // Tokenizer front end: choosing the algorithm, detokenization and streaming.
 #include "tokenizer/tokenizer.h"
 
+#include <cctype>
 #include <string_view>
 
 #include "core/error.h"
+#include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
 
 namespace infer {
@@ -11,7 +13,31 @@ namespace infer {
 std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
   vocab.validate();
   if (vocab.model == "llama") return make_spm_tokenizer(std::move(vocab));
-  raise(Status::Unsupported, "tokenizer model '%s' is not supported yet", vocab.model.c_str());
+  if (vocab.model == "gpt2") return make_bpe_tokenizer(std::move(vocab));
+  raise(Status::Unsupported, "tokenizer model '%s' is not supported (supported: llama, gpt2)",
+        vocab.model.c_str());
+}
+
+Tokenizer::Tokenizer(Vocab v) : vocab_(std::move(v)) {
+  std::string name = vocab_.name;
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const size_t n = vocab_.tokens.size();
+  auto special = [&](size_t i) {
+    const TokenType t = vocab_.types[i];
+    return t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown;
+  };
+  if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+    strip_.assign(n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const std::string& t = vocab_.tokens[i];
+      if (special(i) || t == "</s>") strip_[i] = kRStrip;
+      if (t == "<unk>" || t == "<s>" || t == "<|endoftext|>") strip_[i] = 0;
+    }
+  } else if (vocab_.pre == "jina-v2-de" || vocab_.pre == "jina-v2-es" || vocab_.pre == "jina-v2-code") {
+    strip_.assign(n, 0);
+    for (size_t i = 0; i < n; ++i)
+      if (vocab_.tokens[i] == "<mask>") strip_[i] = kLStrip;
+  }
 }
 
 namespace {

@@ -1,9 +1,11 @@
 // Tokenizers built from GGUF metadata (tokenizer.ggml.*).
 //
 // Tokenizer::create picks the algorithm from `tokenizer.ggml.model`:
-// "llama" -> SentencePiece-style BPE (score-driven merges, byte fallback).
-// Anything else is Error(Unsupported) naming the value (byte-level BPE comes
-// in its own issue).
+//  - "llama" -> SentencePiece-style BPE (score-driven merges, byte fallback);
+//  - "gpt2"  -> byte-level BPE (rank-driven merges from tokenizer.ggml.merges)
+//    with the pre-tokenizer named by `tokenizer.ggml.pre` (see pretokenizer.h).
+// Anything else, and an unknown pre-tokenizer, is Error(Unsupported) naming
+// the value.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,13 @@ struct Vocab {
   // default false): drop leading and trailing spaces and collapse runs of
   // spaces to one before encoding. Llama-family GGUFs do not set it.
   bool remove_extra_whitespaces = false;
+
+  // Context some tokenizer rules depend on (GGUF does not store per-token
+  // lstrip/rstrip flags; they are derived from the model name, see
+  // Tokenizer::strip_flags), and the chat template for lib/tokenizer/chat.
+  std::string name;           // general.name ("" when absent)
+  std::string arch;           // general.architecture ("" when absent)
+  std::string chat_template;  // tokenizer.chat_template ("" when absent)
 
   // Reads and validates the tokenizer.ggml.* keys (sizes agree, special ids
   // in range). Error(Format) with the key name when something is wrong.
@@ -93,9 +102,21 @@ class Tokenizer {
   bool is_eog(int32_t id) const;
   bool is_control(int32_t id) const;
 
+  // Special-token whitespace rules for text matched with parse_special (and
+  // user-defined tokens): kLStrip drops the whitespace just before the token,
+  // kRStrip the whitespace just after it. As in llama.cpp, which reproduces
+  // the reference tokenizers' added-token flags: every special token of a
+  // Phi-3 model (general.name contains "phi-3"/"phi3") except <unk>, <s> and
+  // <|endoftext|> has rstrip; "<mask>" of jina-v2 vocabularies has lstrip.
+  enum : uint8_t { kLStrip = 1, kRStrip = 2 };
+  uint8_t strip_flags(int32_t id) const {
+    return strip_.empty() ? 0 : strip_[static_cast<size_t>(id)];
+  }
+
  protected:
-  explicit Tokenizer(Vocab v) : vocab_(std::move(v)) {}
+  explicit Tokenizer(Vocab v);
   Vocab vocab_;
+  std::vector<uint8_t> strip_;  // per token, empty when no token has flags
 };
 
 // Incremental detokenization for streaming: push() returns only complete
