@@ -203,7 +203,9 @@ TEST_CASE("perplexity and bench tools", "[engine][tools]") {
   }
   REQUIRE_THROWS_AS(perplexity(*model, "", 128, 1), Error);
   REQUIRE_THROWS_AS(perplexity(*model, "text", 1, 1), Error);
-  BenchResult b = bench(*model, 16, 8, 1, 1);
+  EngineParams ep;
+  ep.n_threads = 1;
+  BenchResult b = bench(*model, 16, 8, /*batch=*/1, /*repetitions=*/1, ep);
   REQUIRE(b.prefill_tokens_per_s > 0);
   REQUIRE(b.decode_tokens_per_s > 0);
 }

@@ -453,11 +453,19 @@ TEST_CASE("tokenizer: Vocab::from_gguf", "[tokenizer]") {
     CHECK(fails(w, "no tokenizer.ggml.tokens"));
   }
   {
+    // Unknown tokenizer models are refused by name; a byte-level BPE
+    // vocabulary without merges is malformed.
     GgufWriter w = base();
-    w.set("tokenizer.ggml.model", GgufValue::make_string("gpt2"));
-    const std::vector<uint8_t> bytes = w.to_bytes();
+    w.set("tokenizer.ggml.model", GgufValue::make_string("t5"));
+    std::vector<uint8_t> bytes = w.to_bytes();
     auto g = GgufFile::from_memory(bytes.data(), bytes.size());
     CHECK(status_of([&] { Tokenizer::create(*g); }) == Status::Unsupported);
+    CHECK(message_of([&] { Tokenizer::create(*g); }).find("'t5'") != std::string::npos);
+    w.set("tokenizer.ggml.model", GgufValue::make_string("gpt2"));
+    w.set("tokenizer.ggml.pre", GgufValue::make_string("gpt-2"));
+    bytes = w.to_bytes();
+    g = GgufFile::from_memory(bytes.data(), bytes.size());
+    CHECK(status_of([&] { Tokenizer::create(*g); }) == Status::Format);
   }
 }
 

@@ -167,6 +167,31 @@ struct Engine {
 
 inline std::string model_path(const Args& a) { return a.get2("-m", "--model", kDefaultModel); }
 
+// KV cache flags shared by run, bench and chat.
+inline const std::vector<std::string> kKvFlags = {"--kv-type", "--kv-budget-mb", "--kv-block", "--host-kv-mb"};
+inline const std::vector<std::string> kKvBoolFlags = {"--no-prefix-cache"};
+
+inline std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+inline void apply_kv_flags(const Args& a, infer_engine_params& ep) {
+  const std::string t = a.get("--kv-type", "f32");
+  if (t == "f32") ep.kv_type = INFER_KV_F32;
+  else if (t == "f16") ep.kv_type = INFER_KV_F16;
+  else if (t == "int8" || t == "i8" || t == "q8") ep.kv_type = INFER_KV_INT8;
+  else throw UsageError{"--kv-type must be f32, f16 or int8, not '" + t + "'"};
+  ep.kv_budget_bytes = static_cast<uint64_t>(a.get_int("--kv-budget-mb", "--kv-budget-mb", 0, 0, 1 << 20)) << 20;
+  ep.kv_block_size = static_cast<int32_t>(a.get_int("--kv-block", "--kv-block", 16, 1, 1024));
+  ep.host_kv_budget_bytes = static_cast<uint64_t>(a.get_int("--host-kv-mb", "--host-kv-mb", 0, 0, 1 << 20)) << 20;
+  ep.prefix_caching = a.flag("--no-prefix-cache") ? 0 : 1;
+}
+
+inline const char* kv_type_name(infer_kv_type t) {
+  return t == INFER_KV_F16 ? "f16" : t == INFER_KV_INT8 ? "int8" : "f32";
+}
+
 // A subcommand: `infer NAME ...`. Each cmd_*.cpp registers its own with a
 // static Register object, so adding a command touches no other file.
 struct Command {

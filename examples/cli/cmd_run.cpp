@@ -19,10 +19,11 @@ int32_t on_token(infer_request*, int32_t, const char* text, size_t len, void* us
 
 int cmd_run(int argc, char** argv) {
   Args a(argc, argv, 2,
-         {"-m", "--model", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
-          "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty", "--presence-penalty", "--seed",
-          "-t", "--threads", "--tokens", "--dump-logits", "--ctx", "--stop"},
-         {"--json", "--no-bos", "--special", "--ignore-eos", "--quiet"});
+         with({"-m", "--model", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
+               "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty", "--presence-penalty", "--seed",
+               "-t", "--threads", "--tokens", "--dump-logits", "--ctx", "--stop"},
+              kKvFlags),
+         with({"--json", "--no-bos", "--special", "--ignore-eos", "--quiet"}, kKvBoolFlags));
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
   const int sources = (a.has("-p") || a.has("--prompt")) + (a.has("-f") || a.has("--file")) + a.has("--tokens");
   if (sources > 1) throw UsageError{"give only one of -p, -f and --tokens"};
@@ -45,6 +46,7 @@ int cmd_run(int argc, char** argv) {
   ep.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
   ep.max_seqs = 1;
   ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx", "--ctx", 0, 0, 1 << 24));
+  apply_kv_flags(a, ep);
   Engine engine(model.m, ep);
 
   infer_request_params rp;
@@ -131,11 +133,20 @@ int cmd_run(int argc, char** argv) {
   }
   if (a.flag("--json")) {
     static const char* reasons[] = {"none", "stop", "length", "cancelled", "error"};
-    std::printf("{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"ttft_ms\": %s, \"tpot_ms\": %s, "
-                "\"prefill_tokens_per_s\": %s, \"decode_tokens_per_s\": %s, \"total_ms\": %s, \"finish_reason\": \"%s\"}\n",
-                s.n_prompt_tokens, s.n_generated_tokens, num(s.ttft_ms).c_str(), num(s.tpot_ms).c_str(),
-                num(s.prefill_tokens_per_s).c_str(), num(s.decode_tokens_per_s).c_str(), num(s.total_ms).c_str(),
-                reasons[s.finish_reason]);
+    infer_engine_stats es;
+    infer_engine_stats_init(&es);
+    check(infer_engine_get_stats(engine.e, &es), "reading engine stats");
+    std::printf("{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"cached_prompt_tokens\": %d, \"ttft_ms\": %s, "
+                "\"tpot_ms\": %s, \"prefill_tokens_per_s\": %s, \"decode_tokens_per_s\": %s, \"total_ms\": %s, "
+                "\"finish_reason\": \"%s\", \"kv_type\": \"%s\", \"kv_block_size\": %d, \"kv_blocks_total\": %d, "
+                "\"kv_blocks_used\": %d, \"kv_blocks_free\": %d, \"kv_blocks_cached\": %d, \"kv_bytes_total\": %llu, "
+                "\"kv_bytes_used\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_query_tokens\": %llu}\n",
+                s.n_prompt_tokens, s.n_generated_tokens, s.n_cached_tokens, num(s.ttft_ms).c_str(),
+                num(s.tpot_ms).c_str(), num(s.prefill_tokens_per_s).c_str(), num(s.decode_tokens_per_s).c_str(),
+                num(s.total_ms).c_str(), reasons[s.finish_reason], kv_type_name(es.kv_type), es.kv_block_size,
+                es.kv_blocks_total, es.kv_blocks_used, es.kv_blocks_free, es.kv_blocks_cached,
+                (unsigned long long)es.kv_bytes_total, (unsigned long long)es.kv_bytes_used,
+                (unsigned long long)es.prefix_hit_tokens, (unsigned long long)es.prefix_query_tokens);
   } else {
     std::fprintf(stderr, "\n%d prompt tokens, %d generated; TTFT %.2f ms, TPOT %.2f ms; prefill %.1f tok/s, decode %.1f tok/s\n",
                  s.n_prompt_tokens, s.n_generated_tokens, s.ttft_ms, s.tpot_ms, s.prefill_tokens_per_s,
@@ -148,7 +159,8 @@ int cmd_run(int argc, char** argv) {
 const Register kRun{{"run",
                      "generate text: -m MODEL [-p PROMPT | -f FILE | --tokens FILE] [-n N] [--temp T]\n"
                      "              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
-                     "              [--stop STR] [--dump-logits OUT] [--json]",
+                     "              [--stop STR] [--dump-logits OUT] [--kv-type f32|f16|int8] [--kv-budget-mb N]\n"
+                     "              [--kv-block N] [--host-kv-mb N] [--no-prefix-cache] [--json]",
                      cmd_run}};
 }  // namespace
 }  // namespace cli

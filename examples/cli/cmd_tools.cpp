@@ -29,29 +29,51 @@ int cmd_perplexity(int argc, char** argv) {
 // ---- bench ----
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-m", "--model", "-p", "-n", "-t", "--threads", "-r", "--reps"}, {"--json"});
+  Args a(argc, argv, 2, with({"-m", "--model", "-p", "-n", "-t", "--threads", "-r", "--reps", "--batch"}, kKvFlags),
+         with({"--json"}, kKvBoolFlags));
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
+  // --batch 1,4,16: one measurement per batch size.
+  std::vector<int32_t> batches;
+  {
+    std::stringstream ss(a.get("--batch", "1"));
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      char* end = nullptr;
+      const long v = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end || v < 1 || v > 4096) throw UsageError{"--batch takes sizes in [1, 4096], e.g. 1,4,16"};
+      batches.push_back(static_cast<int32_t>(v));
+    }
+  }
   Model model(model_path(a));
-  infer_bench_result r;
-  std::memset(&r, 0, sizeof r);
-  r.struct_size = sizeof r;
-  const int32_t threads = static_cast<int32_t>(a.get_int("-t", "--threads", 2, 0, 1024));
-  check(infer_bench(model.m, static_cast<int32_t>(a.get_int("-p", "-p", 64, 1, 1 << 20)),
-                    static_cast<int32_t>(a.get_int("-n", "-n", 32, 0, 1 << 20)), threads,
-                    static_cast<int32_t>(a.get_int("-r", "--reps", 3, 1, 1000)), &r),
-        "benchmarking");
-  if (a.flag("--json"))
-    std::printf("{\"n_prompt\": %d, \"n_gen\": %d, \"threads\": %d, \"prefill_tokens_per_s\": %s, "
-                "\"decode_tokens_per_s\": %s, \"prefill_ms\": %s, \"decode_ms\": %s}\n",
-                r.n_prompt, r.n_gen, r.n_threads, num(r.prefill_tokens_per_s).c_str(),
-                num(r.decode_tokens_per_s).c_str(), num(r.prefill_ms).c_str(), num(r.decode_ms).c_str());
-  else
-    std::printf("prefill %d tokens: %.1f tok/s (%.2f ms)\ndecode  %d tokens: %.1f tok/s (%.2f ms)\nthreads %d\n",
-                r.n_prompt, r.prefill_tokens_per_s, r.prefill_ms, r.n_gen, r.decode_tokens_per_s, r.decode_ms,
-                r.n_threads);
+  infer_engine_params ep;
+  infer_engine_params_init(&ep);
+  apply_kv_flags(a, ep);
+  for (int32_t batch : batches) {
+    infer_bench_params bp;
+    infer_bench_params_init(&bp);
+    bp.n_prompt = static_cast<int32_t>(a.get_int("-p", "-p", 64, 1, 1 << 20));
+    bp.n_gen = static_cast<int32_t>(a.get_int("-n", "-n", 32, 0, 1 << 20));
+    bp.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 2, 0, 1024));
+    bp.repetitions = static_cast<int32_t>(a.get_int("-r", "--reps", 3, 1, 1000));
+    bp.batch = batch;
+    bp.engine = &ep;
+    infer_bench_result r;
+    std::memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    check(infer_bench(model.m, &bp, &r), "benchmarking");
+    if (a.flag("--json"))
+      std::printf("{\"batch\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"threads\": %d, \"kv_type\": \"%s\", "
+                  "\"prefill_tokens_per_s\": %s, \"decode_tokens_per_s\": %s, \"prefill_ms\": %s, \"decode_ms\": %s}\n",
+                  r.batch, r.n_prompt, r.n_gen, r.n_threads, kv_type_name(ep.kv_type), num(r.prefill_tokens_per_s).c_str(),
+                  num(r.decode_tokens_per_s).c_str(), num(r.prefill_ms).c_str(), num(r.decode_ms).c_str());
+    else
+      std::printf("batch %d, threads %d: prefill %d tokens each: %.1f tok/s (%.2f ms); decode %d each: %.1f tok/s "
+                  "(%.2f ms)\n",
+                  r.batch, r.n_threads, r.n_prompt, r.prefill_tokens_per_s, r.prefill_ms, r.n_gen,
+                  r.decode_tokens_per_s, r.decode_ms);
+  }
   return 0;
 }
-
 
 // ---- convert ----
 
@@ -69,7 +91,8 @@ int cmd_convert(int argc, char** argv) {
 }
 
 const Register kPerplexity{{"perplexity", "-m MODEL -f TEXT [--ctx N] [-t N] [--json]", cmd_perplexity}};
-const Register kBench{{"bench", "prefill and decode speed: -m MODEL [-p 64] [-n 32] [-t 2] [-r 3] [--json]", cmd_bench}};
+const Register kBench{{"bench", "prefill and decode speed: -m MODEL [-p 64] [-n 32] [-t 2] [-r 3] [--batch 1,4,16]\n"
+                               "              [--kv-type T] [--kv-budget-mb N] [--kv-block N] [--no-prefix-cache] [--json]", cmd_bench}};
 const Register kConvert{{"convert", "llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf", cmd_convert}};
 }  // namespace
 }  // namespace cli

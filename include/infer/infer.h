@@ -215,11 +215,15 @@ typedef struct infer_engine_params {
   uint64_t kv_budget_bytes;   /* default 0: enough for max_seqs full contexts, capped at 1 GiB */
   int32_t kv_blocks;          /* if > 0, overrides kv_budget_bytes */
   int32_t kv_block_size;      /* tokens per block, default 16 */
-  infer_kv_type kv_type;      /* default F32 */
+  infer_kv_type kv_type;      /* default F32; F16 halves the memory, INT8 (a scale per token and
+                                 head) quarters it plus the scales */
   int32_t max_seqs;           /* sequences decoded together, default 16 */
   int32_t max_batch_tokens;   /* tokens per forward step, default 512 */
   int32_t n_ctx;              /* max tokens per sequence, default 0: the model's context */
-  int32_t prefix_caching;     /* default 1 (reserved in this version) */
+  int32_t prefix_caching;     /* default 1: requests whose prompts start alike share the KV
+                                 blocks of the common prefix (automatic prefix caching) */
+  uint64_t host_kv_budget_bytes; /* default 0: a second KV tier in host memory for preempted
+                                    sequences and evicted prefix blocks */
 } infer_engine_params;
 
 INFER_API void infer_engine_params_init(infer_engine_params *params);
@@ -287,7 +291,11 @@ typedef struct infer_request_params {
   int32_t ignore_eos;           /* default 0 */
   infer_token_fn on_token;      /* may be NULL */
   void *user_data;
-  uint32_t logits;              /* INFER_LOGITS_* flags, default 0 */
+  uint32_t logits;              /* INFER_LOGITS_* flags, default 0. Requests that keep prompt
+                                   logits compute their whole prompt (no prefix cache hit). */
+  int32_t no_prefix_cache;      /* default 0; 1: neither reuse nor offer cached KV blocks */
+  uint64_t cache_salt;          /* default 0; cached blocks are shared only between requests
+                                   with the same salt (keeps tenants apart) */
 } infer_request_params;
 
 INFER_API void infer_request_params_init(infer_request_params *params);
@@ -297,6 +305,12 @@ INFER_API void infer_request_params_init(infer_request_params *params);
  * handle belongs to the caller: free it with infer_request_free. */
 INFER_API infer_status infer_submit(infer_engine *engine, const infer_request_params *params,
                                     infer_request **out);
+
+/* n samples of one prompt: the prompt is computed once and its KV blocks are
+ * shared by all n sequences (copied on write); sample i uses seed + i. out
+ * receives n handles (each freed with infer_request_free). */
+INFER_API infer_status infer_submit_n(infer_engine *engine, const infer_request_params *params, int32_t n,
+                                      infer_request **out);
 
 /* Runs one forward step over every active request. *n_active (if not NULL)
  * receives how many requests are still unfinished. A failure of one request
@@ -324,6 +338,7 @@ typedef struct infer_request_stats {
   double total_ms;             /* submit -> finish */
   double prefill_tokens_per_s; /* prompt tokens / prefill time */
   double decode_tokens_per_s;  /* generated tokens after the first / decode time */
+  int32_t n_preemptions;       /* times the request was preempted (swapped or recomputed) */
 } infer_request_stats;
 
 INFER_API void infer_request_stats_init(infer_request_stats *stats);
@@ -363,6 +378,15 @@ typedef struct infer_engine_stats {
   uint64_t n_steps;
   uint64_t n_prompt_tokens;    /* processed since creation */
   uint64_t n_generated_tokens;
+  int32_t kv_blocks_free;      /* allocatable: unused, including cached ones */
+  int32_t kv_blocks_cached;    /* blocks holding a cached prefix (in use or not) */
+  int32_t host_kv_blocks_total;
+  int32_t host_kv_blocks_used;
+  uint64_t prefix_query_tokens; /* prompt tokens looked up in the prefix cache */
+  uint64_t prefix_hit_tokens;   /* of which were found (hit rate = hit / query) */
+  uint64_t n_preemptions;
+  uint64_t kv_evictions;        /* cached blocks evicted to make room */
+  infer_kv_type kv_type;
 } infer_engine_stats;
 
 INFER_API void infer_engine_stats_init(infer_engine_stats *stats);
@@ -398,21 +422,33 @@ typedef struct infer_perplexity_result {
 INFER_API infer_status infer_perplexity(infer_model *model, const char *text, int32_t n_ctx,
                                         int32_t n_threads, infer_perplexity_result *result);
 
+typedef struct infer_bench_params {
+  uint32_t struct_size;
+  int32_t n_prompt;        /* default 64 prompt tokens per sequence */
+  int32_t n_gen;           /* default 32 generated tokens per sequence */
+  int32_t n_threads;       /* default 0: all cores */
+  int32_t repetitions;     /* default 3: the best run counts */
+  int32_t batch;           /* default 1: sequences decoded together */
+  const infer_engine_params *engine; /* NULL: defaults (KV type, budget, block size, ...) */
+} infer_bench_params;
+
+INFER_API void infer_bench_params_init(infer_bench_params *params);
+
 typedef struct infer_bench_result {
   uint32_t struct_size;
   int32_t n_prompt;
   int32_t n_gen;
   int32_t n_threads;
-  double prefill_ms;
-  double decode_ms;
-  double prefill_tokens_per_s;
-  double decode_tokens_per_s;
+  int32_t batch;
+  double prefill_ms;           /* all prompts of the batch */
+  double decode_ms;            /* all decode steps after the first token */
+  double prefill_tokens_per_s; /* batch * n_prompt / prefill_ms */
+  double decode_tokens_per_s;  /* batch * (n_gen - 1) / decode_ms: aggregate */
 } infer_bench_result;
 
-/* Times a prefill of n_prompt tokens then n_gen greedy decode steps (best of
- * `repetitions` runs). */
-INFER_API infer_status infer_bench(infer_model *model, int32_t n_prompt, int32_t n_gen,
-                                   int32_t n_threads, int32_t repetitions,
+/* Times the prefill of `batch` prompts of n_prompt pseudo-random tokens, then
+ * n_gen greedy decode steps of all of them together (best of `repetitions`). */
+INFER_API infer_status infer_bench(infer_model *model, const infer_bench_params *params,
                                    infer_bench_result *result);
 
 #ifdef __cplusplus

@@ -21,6 +21,7 @@ static_assert(static_cast<int>(infer::Status::BufferTooSmall) == INFER_ERR_BUFFE
 static_assert(static_cast<int>(infer::Status::Busy) == INFER_ERR_BUSY);
 static_assert(static_cast<int>(infer::FinishReason::Error) == INFER_FINISH_ERROR);
 static_assert(infer::kLogitsLogprobs == INFER_LOGITS_LOGPROBS);
+static_assert(static_cast<int>(infer::KvType::I8) == INFER_KV_INT8 && static_cast<int>(infer::KvType::F16) == INFER_KV_F16);
 
 struct infer_model {
   std::unique_ptr<infer::Model> model;
@@ -325,6 +326,32 @@ int32_t infer_token_is_eog(const infer_model* model, int32_t token) {
 
 /* ---- engines ---- */
 
+}  // extern "C"
+
+namespace {
+
+infer::EngineParams to_engine_params(const infer_engine_params* params) {
+  const infer_engine_params p = read_params(params, infer_engine_params_init);
+  if (p.kv_type != INFER_KV_F32 && p.kv_type != INFER_KV_F16 && p.kv_type != INFER_KV_INT8)
+    infer::raise(infer::Status::InvalidArgument, "unknown kv_type %d", static_cast<int>(p.kv_type));
+  infer::EngineParams ep;
+  ep.n_threads = p.n_threads;
+  ep.kv_budget_bytes = p.kv_budget_bytes;
+  ep.kv_blocks = p.kv_blocks;
+  ep.block_size = p.kv_block_size;
+  ep.kv_type = static_cast<infer::KvType>(p.kv_type);
+  ep.host_kv_budget_bytes = p.host_kv_budget_bytes;
+  ep.max_seqs = p.max_seqs;
+  ep.max_batch_tokens = p.max_batch_tokens;
+  ep.n_ctx = p.n_ctx;
+  ep.prefix_caching = p.prefix_caching != 0;
+  return ep;
+}
+
+}  // namespace
+
+extern "C" {
+
 void infer_engine_params_init(infer_engine_params* p) {
   if (!p) return;
   std::memset(p, 0, sizeof *p);
@@ -340,22 +367,10 @@ infer_status infer_engine_create(infer_model* model, const infer_engine_params* 
   if (out) *out = nullptr;
   CHECK_ARG(model && out, "infer_engine_create: model and out must not be NULL");
   CHECK_ARG(!params || size_ok(params), "infer_engine_create: params->struct_size is wrong");
-  const infer_engine_params p = read_params(params, infer_engine_params_init);
   return guarded([&] {
-    if (p.kv_type != INFER_KV_F32)
-      return fail(INFER_ERR_UNSUPPORTED, "only f32 KV storage is available in this version");
-    infer::EngineParams ep;
-    ep.n_threads = p.n_threads;
-    ep.kv_budget_bytes = p.kv_budget_bytes;
-    ep.kv_blocks = p.kv_blocks;
-    ep.block_size = p.kv_block_size;
-    ep.max_seqs = p.max_seqs;
-    ep.max_batch_tokens = p.max_batch_tokens;
-    ep.n_ctx = p.n_ctx;
-    ep.prefix_caching = p.prefix_caching != 0;
     auto e = std::make_unique<infer_engine>();
     e->model = model;
-    e->engine = std::make_unique<infer::Engine>(*model->model, ep);
+    e->engine = std::make_unique<infer::Engine>(*model->model, to_engine_params(params));
     *out = e.release();
     return INFER_OK;
   });
@@ -411,6 +426,52 @@ infer::SamplingParams to_sampling(const infer_sampling_params* sp) {
 
 }  // namespace
 
+namespace {
+
+// Translates and checks caller parameters; the callback closure refers to the
+// handle through a shared state that infer_request_free disarms.
+infer::RequestParams to_request_params(infer_engine* engine, const infer_request_params& p,
+                                       const std::shared_ptr<CallbackState>& cb) {
+  const infer::Tokenizer& tok = engine->model->model->tokenizer();
+  infer::RequestParams rp;
+  if (p.prompt) {
+    const size_t len = p.prompt_len ? p.prompt_len : std::strlen(p.prompt);
+    const bool bos = p.add_bos < 0 ? tok.vocab().add_bos : p.add_bos != 0;
+    rp.prompt = tok.encode(std::string_view(p.prompt, len), bos, p.parse_special != 0);
+    if (rp.prompt.empty() && tok.vocab().bos >= 0) rp.prompt.push_back(tok.vocab().bos);
+  } else {
+    rp.prompt.assign(p.prompt_tokens, p.prompt_tokens + p.n_prompt_tokens);
+  }
+  rp.sampling = to_sampling(p.sampling);
+  rp.max_tokens = p.max_tokens;
+  for (size_t i = 0; i < p.n_stop; ++i) {
+    if (!p.stop[i]) infer::raise(infer::Status::InvalidArgument, "infer_submit: stop string %zu is NULL", i);
+    rp.stop.emplace_back(p.stop[i]);
+  }
+  rp.ignore_eos = p.ignore_eos != 0;
+  rp.logits = p.logits;
+  rp.prefix_cache = p.no_prefix_cache == 0;
+  rp.cache_salt = p.cache_salt;
+  if (p.on_token) {
+    rp.on_token = [cb](int32_t token, std::string_view text) {
+      if (!cb->alive || !cb->fn) return true;
+      return cb->fn(cb->handle, token, text.data(), text.size(), cb->user) == 0;
+    };
+  }
+  return rp;
+}
+
+std::unique_ptr<infer_request> new_handle(const infer_request_params& p) {
+  auto h = std::make_unique<infer_request>();
+  h->cb = std::make_shared<CallbackState>();
+  h->cb->handle = h.get();
+  h->cb->fn = p.on_token;
+  h->cb->user = p.user_data;
+  return h;
+}
+
+}  // namespace
+
 infer_status infer_submit(infer_engine* engine, const infer_request_params* params, infer_request** out) {
   if (out) *out = nullptr;
   CHECK_ARG(engine && params && out, "infer_submit: engine, params and out must not be NULL");
@@ -423,38 +484,42 @@ infer_status infer_submit(infer_engine* engine, const infer_request_params* para
   CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit: add_bos must be -1, 0 or 1");
   CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit: n_stop > 0 but stop is NULL");
   return guarded([&] {
-    const infer::Tokenizer& tok = engine->model->model->tokenizer();
-    infer::RequestParams rp;
-    if (p.prompt) {
-      const size_t len = p.prompt_len ? p.prompt_len : std::strlen(p.prompt);
-      const bool bos = p.add_bos < 0 ? tok.vocab().add_bos : p.add_bos != 0;
-      rp.prompt = tok.encode(std::string_view(p.prompt, len), bos, p.parse_special != 0);
-      if (rp.prompt.empty() && tok.vocab().bos >= 0) rp.prompt.push_back(tok.vocab().bos);
-    } else {
-      rp.prompt.assign(p.prompt_tokens, p.prompt_tokens + p.n_prompt_tokens);
-    }
-    rp.sampling = to_sampling(p.sampling);
-    rp.max_tokens = p.max_tokens;
-    for (size_t i = 0; i < p.n_stop; ++i) {
-      if (!p.stop[i]) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_submit: stop string is NULL");
-      rp.stop.emplace_back(p.stop[i]);
-    }
-    rp.ignore_eos = p.ignore_eos != 0;
-    rp.logits = p.logits;
-    auto h = std::make_unique<infer_request>();
-    h->cb = std::make_shared<CallbackState>();
-    h->cb->handle = h.get();
-    h->cb->fn = p.on_token;
-    h->cb->user = p.user_data;
-    if (p.on_token) {
-      std::shared_ptr<CallbackState> st = h->cb;
-      rp.on_token = [st](int32_t token, std::string_view text) {
-        if (!st->alive || !st->fn) return true;
-        return st->fn(st->handle, token, text.data(), text.size(), st->user) == 0;
-      };
-    }
-    h->req = engine->engine->submit(std::move(rp));
+    auto h = new_handle(p);
+    h->req = engine->engine->submit(to_request_params(engine, p, h->cb));
     *out = h.release();
+    return INFER_OK;
+  });
+}
+
+infer_status infer_submit_n(infer_engine* engine, const infer_request_params* params, int32_t n, infer_request** out) {
+  CHECK_ARG(engine && params && out, "infer_submit_n: engine, params and out must not be NULL");
+  CHECK_ARG(n >= 1, "infer_submit_n: n must be at least 1");
+  for (int32_t i = 0; i < n; ++i) out[i] = nullptr;
+  CHECK_ARG(size_ok(params), "infer_submit_n: params->struct_size is wrong (call infer_request_params_init)");
+  const infer_request_params p = read_params(params, infer_request_params_init);
+  CHECK_ARG(!p.sampling || size_ok(p.sampling), "infer_submit_n: sampling->struct_size is wrong");
+  CHECK_ARG((p.prompt != nullptr) != (p.prompt_tokens != nullptr),
+            "infer_submit_n: give exactly one of prompt and prompt_tokens");
+  CHECK_ARG(!p.prompt_tokens || p.n_prompt_tokens > 0, "infer_submit_n: n_prompt_tokens is 0");
+  CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit_n: add_bos must be -1, 0 or 1");
+  CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit_n: n_stop > 0 but stop is NULL");
+  return guarded([&] {
+    std::vector<std::unique_ptr<infer_request>> handles;
+    for (int32_t i = 0; i < n; ++i) handles.push_back(new_handle(p));
+    // Each sample gets its own callback closure bound to its own handle.
+    infer::RequestParams rp = to_request_params(engine, p, handles[0]->cb);
+    std::vector<std::shared_ptr<infer::Request>> family = engine->engine->submit_n(rp, n);
+    for (int32_t i = 0; i < n; ++i) {
+      handles[i]->req = family[i];
+      if (p.on_token) {
+        std::shared_ptr<CallbackState> cb = handles[i]->cb;
+        family[i]->set_callback([cb](int32_t token, std::string_view text) {
+          if (!cb->alive || !cb->fn) return true;
+          return cb->fn(cb->handle, token, text.data(), text.size(), cb->user) == 0;
+        });
+      }
+      out[i] = handles[i].release();
+    }
     return INFER_OK;
   });
 }
@@ -508,7 +573,8 @@ infer_status infer_request_get_stats(const infer_request* request, infer_request
   o.finish_reason = static_cast<infer_finish_reason>(r.finish_reason());
   o.status = static_cast<infer_status>(r.status());
   o.n_prompt_tokens = r.n_prompt();
-  o.n_cached_tokens = 0;
+  o.n_cached_tokens = r.n_cached();
+  o.n_preemptions = r.n_preemptions();
   o.n_generated_tokens = r.n_generated();
   if (t.scheduled) o.queue_ms = ms(t.submit, t.first_scheduled);
   if (r.n_generated() > 0) {
@@ -574,6 +640,15 @@ infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_sta
   o.n_steps = s.n_steps;
   o.n_prompt_tokens = s.n_prompt_tokens;
   o.n_generated_tokens = s.n_generated_tokens;
+  o.kv_blocks_free = s.kv.blocks_free;
+  o.kv_blocks_cached = s.kv.blocks_cached;
+  o.host_kv_blocks_total = s.kv.host_blocks_total;
+  o.host_kv_blocks_used = s.kv.host_blocks_used;
+  o.prefix_query_tokens = s.kv.prefix_query_tokens;
+  o.prefix_hit_tokens = s.kv.prefix_hit_tokens;
+  o.n_preemptions = s.n_preemptions;
+  o.kv_evictions = s.kv.evictions;
+  o.kv_type = static_cast<infer_kv_type>(e.kv().type());
   return write_out(stats, o);
 }
 
@@ -638,17 +713,32 @@ infer_status infer_perplexity(infer_model* model, const char* text, int32_t n_ct
   });
 }
 
-infer_status infer_bench(infer_model* model, int32_t n_prompt, int32_t n_gen, int32_t n_threads, int32_t repetitions,
-                         infer_bench_result* result) {
+void infer_bench_params_init(infer_bench_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->n_prompt = 64;
+  p->n_gen = 32;
+  p->repetitions = 3;
+  p->batch = 1;
+}
+
+infer_status infer_bench(infer_model* model, const infer_bench_params* params, infer_bench_result* result) {
   CHECK_ARG(model && result && size_ok(result), "infer_bench: NULL argument or wrong struct_size");
+  CHECK_ARG(!params || size_ok(params), "infer_bench: params->struct_size is wrong");
+  const infer_bench_params p = read_params(params, infer_bench_params_init);
+  CHECK_ARG(!p.engine || size_ok(p.engine), "infer_bench: engine->struct_size is wrong");
   return guarded([&] {
-    const infer::BenchResult r = infer::bench(*model->model, n_prompt, n_gen, n_threads, repetitions);
+    infer::EngineParams ep = to_engine_params(p.engine);
+    ep.n_threads = p.n_threads;
+    const infer::BenchResult r = infer::bench(*model->model, p.n_prompt, p.n_gen, p.batch, p.repetitions, ep);
     infer_bench_result o;
     std::memset(&o, 0, sizeof o);
     o.struct_size = sizeof o;
     o.n_prompt = r.n_prompt;
     o.n_gen = r.n_gen;
     o.n_threads = r.n_threads;
+    o.batch = r.batch;
     o.prefill_ms = r.prefill_ms;
     o.decode_ms = r.decode_ms;
     o.prefill_tokens_per_s = r.prefill_tokens_per_s;

@@ -68,6 +68,8 @@ class Request {
   int32_t n_cached() const { return n_cached_; }
   int32_t n_preemptions() const { return n_preemptions_; }
   void request_cancel() { cancel_.store(true, std::memory_order_relaxed); }
+  // Replaces the token callback (before the request starts).
+  void set_callback(TokenCallback cb) { params_.on_token = std::move(cb); }
   bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
 
  private:

@@ -52,40 +52,49 @@ PerplexityResult perplexity(const Model& model, const std::string& text, int32_t
   return res;
 }
 
-BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t n_threads, int32_t repetitions) {
-  if (n_prompt < 1 || n_gen < 0 || repetitions < 1)
-    raise(Status::InvalidArgument, "bench needs n_prompt >= 1, n_gen >= 0 and repetitions >= 1");
-  EngineParams ep;
-  ep.n_threads = n_threads;
-  ep.max_seqs = 1;
-  ep.n_ctx = n_prompt + n_gen + 1;
-  ep.max_batch_tokens = std::max(512, n_prompt);
+BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t batch, int32_t repetitions,
+                  EngineParams ep) {
+  if (n_prompt < 1 || n_gen < 0 || repetitions < 1 || batch < 1 || batch > 4096)
+    raise(Status::InvalidArgument, "bench needs n_prompt >= 1, n_gen >= 0, 1 <= batch <= 4096 and repetitions >= 1");
+  ep.max_seqs = std::max(ep.max_seqs, batch);
+  ep.n_ctx = std::max(ep.n_ctx, n_prompt + n_gen + 1);
+  ep.max_batch_tokens = std::max(ep.max_batch_tokens, std::min(n_prompt * batch, 4096));
+  ep.prefix_caching = false;  // every repetition must compute its prompts
   Engine engine(model, ep);
   const int32_t n_vocab = model.config().n_vocab;
   std::mt19937 rng(1234);
   BenchResult best;
   best.n_prompt = n_prompt;
   best.n_gen = n_gen;
-  best.n_threads = n_threads;
+  best.n_threads = ep.n_threads;
+  best.batch = batch;
   best.prefill_ms = best.decode_ms = INFINITY;
   for (int rep = 0; rep < repetitions; ++rep) {
-    RequestParams rp;
-    for (int i = 0; i < n_prompt; ++i) rp.prompt.push_back(static_cast<int32_t>(rng() % n_vocab));
-    rp.max_tokens = std::max(1, n_gen);  // the first token marks the end of prefill
-    rp.ignore_eos = true;
-    rp.sampling.temperature = 0;
-    auto r = engine.submit(std::move(rp));
+    std::vector<std::shared_ptr<Request>> rs;
+    for (int b = 0; b < batch; ++b) {
+      RequestParams rp;
+      for (int i = 0; i < n_prompt; ++i) rp.prompt.push_back(static_cast<int32_t>(rng() % n_vocab));
+      rp.max_tokens = std::max(1, n_gen);  // the first token marks the end of prefill
+      rp.ignore_eos = true;
+      rp.sampling.temperature = 0;
+      rs.push_back(engine.submit(std::move(rp)));
+    }
+    const auto start = Clock::now();
     engine.run();
-    if (r->finish_reason() == FinishReason::Error) raise(r->status(), "%s", r->error().c_str());
-    const RequestTimes& t = r->times();
-    const double pf = std::chrono::duration<double, std::milli>(t.first_token - t.first_scheduled).count();
-    const double dc = std::chrono::duration<double, std::milli>(t.last_token - t.first_token).count();
+    Clock::time_point first_all = start, last_all = start;
+    for (auto& r : rs) {
+      if (r->finish_reason() == FinishReason::Error) raise(r->status(), "%s", r->error().c_str());
+      first_all = std::max(first_all, r->times().first_token);
+      last_all = std::max(last_all, r->times().last_token);
+    }
+    const double pf = std::chrono::duration<double, std::milli>(first_all - start).count();
+    const double dc = std::chrono::duration<double, std::milli>(last_all - first_all).count();
     best.prefill_ms = std::min(best.prefill_ms, pf);
     if (n_gen > 1) best.decode_ms = std::min(best.decode_ms, dc);
   }
-  best.prefill_tokens_per_s = n_prompt / (best.prefill_ms / 1000.0);
+  best.prefill_tokens_per_s = static_cast<double>(batch) * n_prompt / (best.prefill_ms / 1000.0);
   if (n_gen > 1) {
-    best.decode_tokens_per_s = (n_gen - 1) / (best.decode_ms / 1000.0);
+    best.decode_tokens_per_s = static_cast<double>(batch) * (n_gen - 1) / (best.decode_ms / 1000.0);
   } else {
     best.decode_ms = 0;
   }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/engine.h"
 #include "model/model.h"
 
 namespace infer {
@@ -21,13 +22,16 @@ struct PerplexityResult {
 PerplexityResult perplexity(const Model& model, const std::string& text, int32_t n_ctx, int32_t n_threads);
 
 struct BenchResult {
-  int32_t n_prompt = 0, n_gen = 0, n_threads = 0;
+  int32_t n_prompt = 0, n_gen = 0, n_threads = 0, batch = 1;
   double prefill_ms = 0, decode_ms = 0;
-  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
+  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;  // aggregate over the batch
 };
 
-// Prefill of n_prompt pseudo-random tokens, then n_gen greedy decode steps;
-// the best of `repetitions` runs of each phase.
-BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t n_threads, int32_t repetitions);
+// Prefill of `batch` prompts of n_prompt pseudo-random tokens, then n_gen
+// greedy decode steps of all of them together; the best of `repetitions`
+// runs of each phase. The engine is built from `engine` (its max_seqs and
+// context are raised to fit the batch).
+BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t batch, int32_t repetitions,
+                  EngineParams engine);
 
 }  // namespace infer

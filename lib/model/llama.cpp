@@ -66,7 +66,8 @@ void LlamaModel::read_config() {
   c.arch = gguf_->get_string("general.architecture").value_or("llama");
   c.name = gguf_->get_string("general.name").value_or("");
   c.n_vocab = tokenizer_->n_vocab();
-  if (vocab_only_ && !gguf_->find(key("embedding_length"))) return;
+  if (vocab_only_ && (!gguf_->find(key("embedding_length")) || (c.arch != "llama" && c.arch != "mistral")))
+    return;
   c.n_embd = get_dim("embedding_length", 0);
   c.n_layer = get_dim("block_count", 0);
   c.n_head = get_dim("attention.head_count", 0);

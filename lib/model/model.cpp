@@ -15,6 +15,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   // Mistral-style models are published under the llama architecture; the
   // name is accepted too for files that spell it out.
   if (arch == "llama" || arch == "mistral") return create_llama_model(std::move(gguf), std::move(tok), opts.vocab_only);
+  // Only the tokenizer of a vocabulary-only load is used, whatever the
+  // architecture (gpt2, falcon, qwen2, ... vocabularies).
+  if (opts.vocab_only) return create_llama_model(std::move(gguf), std::move(tok), true);
   raise(Status::Unsupported, "model architecture '%s' is not supported (supported: llama)", arch.c_str());
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/gguf.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace infer {
@@ -74,13 +75,19 @@ Vocab Vocab::from_gguf(const GgufFile& g) {
   v.eot = read_token_id(g, "tokenizer.ggml.eot_token_id", -1, n);
 
   // SentencePiece vocabularies add BOS and the dummy prefix unless told
-  // otherwise; the defaults for other models belong to their tokenizers.
+  // otherwise. Byte-level BPE ones add BOS when their pre-tokenizer family
+  // does (Llama 3, Tekken, Chameleon), as the reference tokenizers do.
   const bool spm = v.model == "llama";
-  v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token").value_or(spm);
+  PreTokenizerInfo pre_info;
+  const bool bpe_bos = v.model == "gpt2" && PreTokenizer::lookup(v.pre, &pre_info) && pre_info.add_bos;
+  v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || bpe_bos);
   v.add_eos = g.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
   v.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
   v.remove_extra_whitespaces =
       g.get_bool("tokenizer.ggml.remove_extra_whitespaces").value_or(false);
+  v.name = g.get_string("general.name").value_or("");
+  v.arch = g.get_string("general.architecture").value_or("");
+  v.chat_template = g.get_string("tokenizer.chat_template").value_or("");
 
   v.validate();
   return v;
