@@ -14,6 +14,25 @@ namespace infer::cpu {
 
 namespace {
 
+// In-place orthonormal Walsh-Hadamard transform of n values (n a power of
+// two). H is symmetric and H·H = I, so (Hq)·(Hk) = q·k and a weighted sum of
+// Hv rows transformed back with H is the weighted sum of v. int8 KV stores
+// Hk and Hv: the transform spreads a few large components over all of them,
+// so the per-(token, head) scale (set by the largest) loses less precision.
+void hadamard(float* x, int n) {
+  for (int len = 1; len < n; len <<= 1)
+    for (int i = 0; i < n; i += len << 1)
+      for (int j = i; j < i + len; ++j) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int i = 0; i < n; ++i) x[i] *= norm;
+}
+
+bool is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
 // Stores one head's row of hd values at `dst` (element index) of a block in
 // the cache's element type. int8: symmetric, scale = max|x| / 127.
 void store_row(KvType type, void* base, float* scales, size_t dst, size_t scale_idx, const float* x, int hd) {
@@ -27,6 +46,12 @@ void store_row(KvType type, void* base, float* scales, size_t dst, size_t scale_
       break;
     }
     case KvType::I8: {
+      float rot[1024];
+      if (is_pow2(hd) && hd <= 1024) {
+        std::memcpy(rot, x, sizeof(float) * hd);
+        hadamard(rot, hd);
+        x = rot;
+      }
       float amax = 0.0f;
       for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(x[d]));
       const float s = amax / 127.0f;
@@ -106,6 +131,13 @@ void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, c
       const int first = b.window > 0 ? std::max(0, n_pos - b.window) : 0;
       const auto& table = kv.block_table(b.slot[t]);
       const float* qh = q + (t * n_head + h) * hd;
+      float qrot[1024];
+      const bool rotated = i8 && is_pow2(hd) && hd <= 1024;
+      if (rotated) {  // int8 keys are stored rotated (see hadamard)
+        std::memcpy(qrot, qh, sizeof(float) * hd);
+        hadamard(qrot, hd);
+        qh = qrot;
+      }
       if (static_cast<int>(sc.size()) < n_pos) sc.resize(static_cast<size_t>(n_pos));
       float mx = -INFINITY;
       for (int p0 = first - first % bs; p0 < n_pos; p0 += bs) {
@@ -136,6 +168,7 @@ void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, c
                                     sbase + j0, n - j0, hd, rows.data());
         for (int j = j0; j < n; ++j) k.axpy_f32(sc[p0 + j] * inv, vr + (j - j0) * hd, oh, hd);
       }
+      if (rotated) hadamard(oh, hd);  // back from the rotated V space
     }
   });
 }

@@ -385,6 +385,7 @@ TEST_CASE("gguf: write() to disk and open() it, with and without mmap", "[gguf]"
   std::vector<uint8_t> junk(64, 'x');
   const std::string jpath = infer_test::temp_dir() + "/junk.gguf";
   std::ofstream(jpath, std::ios::binary).write(reinterpret_cast<const char*>(junk.data()), 64);
+  REQUIRE(infer_test::read_file(jpath) == junk);
   try {
     GgufFile::open(jpath);
     FAIL("no error");
