@@ -25,6 +25,10 @@ void EngineParams::validate() const {
   if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20))
     raise(Status::InvalidArgument, "max_batch_tokens %d is out of range", max_batch_tokens);
   if (n_ctx < 0) raise(Status::InvalidArgument, "n_ctx %d is negative", n_ctx);
+  if (policy != SchedPolicy::Continuous && policy != SchedPolicy::Static && policy != SchedPolicy::Dynamic)
+    raise(Status::InvalidArgument, "unknown scheduling policy %d", static_cast<int>(policy));
+  if (!(batch_timeout_ms >= 0) || batch_timeout_ms > 3.6e6)
+    raise(Status::InvalidArgument, "batch_timeout_ms must be in [0, 3600000]");
 }
 
 Engine::Engine(const Model& model, const EngineParams& params)
@@ -34,6 +38,7 @@ Engine::Engine(const Model& model, const EngineParams& params)
   n_ctx_ = params.n_ctx > 0 ? params.n_ctx : c.n_ctx_train;
   if (n_ctx_ <= 0) n_ctx_ = 2048;
   window_ = c.sliding_window;
+  created_ = Clock::now();
   backend_ = make_cpu_backend(pool_);
 
   KvLayout layout = model.kv_layout();
@@ -61,6 +66,7 @@ Engine::Engine(const Model& model, const EngineParams& params)
   log(LogLevel::Info, "engine: %d %s KV blocks of %d tokens (%.1f MiB), %d host blocks, n_ctx %d, %d threads",
       layout.n_blocks, kv_type_name(layout.type), layout.block_size, kv_->bytes_total() / 1048576.0,
       layout.n_host_blocks, n_ctx_, pool_.size());
+  publish_stats();
 }
 
 Engine::~Engine() = default;
@@ -83,13 +89,24 @@ std::shared_ptr<Request> Engine::make_request(RequestParams& p) {
     raise(Status::OutOfMemory, "the prompt needs %d KV blocks but the cache has only %d", need, kv_->n_blocks_total());
   if (p.logits & ~7u) raise(Status::InvalidArgument, "unknown logits flags 0x%x", p.logits);
   p.sampling.validate(n_vocab);
-  return std::make_shared<Request>(next_id_++, std::move(p), model_.tokenizer(), n_vocab);
+  return std::make_shared<Request>(next_id_.fetch_add(1), std::move(p), model_.tokenizer(), n_vocab);
 }
 
 std::shared_ptr<Request> Engine::submit(RequestParams p) {
   auto r = make_request(p);
-  waiting_.push_back(r);
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  inbox_.push_back(r);
   return r;
+}
+
+// Waiting requests are ordered by priority (higher first), then by arrival
+// (request id): a preempted request goes back ahead of later arrivals.
+void Engine::enqueue(const std::shared_ptr<Request>& r) {
+  auto before = [&](const std::shared_ptr<Request>& w) {
+    return w->params_.priority < r->params_.priority ||
+           (w->params_.priority == r->params_.priority && w->id() > r->id());
+  };
+  waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), before), r);
 }
 
 std::vector<std::shared_ptr<Request>> Engine::submit_n(RequestParams p, int32_t n) {
@@ -105,7 +122,8 @@ std::vector<std::shared_ptr<Request>> Engine::submit_n(RequestParams p, int32_t 
     family[i]->is_follower_ = true;
     family[0]->followers_.push_back(family[i]);
   }
-  waiting_.push_back(family[0]);
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  inbox_.push_back(family[0]);
   return family;
 }
 
@@ -134,23 +152,27 @@ void Engine::preempt(Request& r) {
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &r; });
   std::shared_ptr<Request> keep = *it;
   running_.erase(it);
-  waiting_.push_front(keep);
+  enqueue(keep);
   log(LogLevel::Debug, "engine: preempted request %llu (%s)", (unsigned long long)r.id(),
       r.swapped_ ? "swapped to host" : "will recompute");
 }
 
 // Reserves blocks for positions [begin, end) of r and makes them writable
-// (copy-on-write of shared blocks), preempting the most recently admitted
-// other running sequences while blocks are short. False when r itself does
-// not fit.
+// (copy-on-write of shared blocks), preempting other running sequences while
+// blocks are short: the lowest priority first, among equals the most recently
+// admitted. False when r itself is the one to give way.
 bool Engine::make_room(Request& r, int32_t begin, int32_t end) {
   for (;;) {
     if (kv_->reserve(r.slot_, end) && kv_->prepare_write(r.slot_, begin, end)) return true;
+    auto yields_to = [](const Request* a, const Request* b) {  // a gives way before b
+      if (a->params_.priority != b->params_.priority) return a->params_.priority < b->params_.priority;
+      return a->admit_order_ > b->admit_order_;
+    };
     Request* victim = nullptr;
     for (auto& p : running_)
-      if (p.get() != &r && p->slot_ >= 0 && !p->swapped_ && (!victim || p->admit_order_ > victim->admit_order_))
+      if (p.get() != &r && p->slot_ >= 0 && !p->swapped_ && (!victim || yields_to(p.get(), victim)))
         victim = p.get();
-    if (!victim || victim->admit_order_ < r.admit_order_) return false;
+    if (!victim || !yields_to(victim, &r)) return false;
     preempt(*victim);
   }
 }
@@ -175,6 +197,7 @@ bool Engine::admit(const std::shared_ptr<Request>& rp, int32_t budget, std::vect
     }
   }
   const int32_t take = std::min(static_cast<int32_t>(r.tokens_.size()) - r.n_computed_, budget);
+  // (take may be 0 for static/dynamic batches: the prompt starts next step.)
   if (!kv_->reserve(r.slot_, r.n_computed_ + take) || !kv_->prepare_write(r.slot_, r.n_computed_, r.n_computed_ + take)) {
     // Not now: give back what was taken (the prefix blocks stay cached).
     if (was_swapped && kv_->swap_out(r.slot_)) {
@@ -190,7 +213,7 @@ bool Engine::admit(const std::shared_ptr<Request>& rp, int32_t budget, std::vect
     r.times_.first_scheduled = Clock::now();
   }
   running_.push_back(rp);
-  plan.push_back({&r, r.n_computed_, take});
+  if (take > 0) plan.push_back({&r, r.n_computed_, take});
   used = take;
   return true;
 }
@@ -198,10 +221,10 @@ bool Engine::admit(const std::shared_ptr<Request>& rp, int32_t budget, std::vect
 // A leader that ends before its prompt was computed lets its followers run on
 // their own.
 void Engine::release_followers(Request& leader) {
-  for (auto it = leader.followers_.rbegin(); it != leader.followers_.rend(); ++it) {
-    if ((*it)->finished()) continue;
-    (*it)->is_follower_ = false;
-    waiting_.push_front(*it);
+  for (auto& f : leader.followers_) {
+    if (f->finished()) continue;
+    f->is_follower_ = false;
+    enqueue(f);
   }
   leader.followers_.clear();
 }
@@ -213,6 +236,7 @@ void Engine::drop_finished() {
     if (r.cancel_requested() && !r.finished()) r.finish(FinishReason::Cancelled);
     if (r.finished()) {
       release(r);
+      ++stats_.n_finished;
       if (!r.followers_.empty()) orphaned_leaders.push_back(&r);
       running_.erase(running_.begin() + i);
     } else {
@@ -225,6 +249,7 @@ void Engine::drop_finished() {
     if (r.cancel_requested() && !r.finished()) r.finish(FinishReason::Cancelled);
     if (r.finished()) {
       release(r);
+      ++stats_.n_finished;
       if (!r.followers_.empty()) {
         keep_alive.push_back(*it);
         orphaned_leaders.push_back(&r);
@@ -241,7 +266,16 @@ bool Engine::schedule(std::vector<Slot>& plan) {
   plan.clear();
   batch_.clear();
   int32_t budget = params_.max_batch_tokens;
+  {
+    std::vector<std::shared_ptr<Request>> arrived;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      arrived.swap(inbox_);
+    }
+    for (auto& r : arrived) enqueue(r);
+  }
   drop_finished();
+  const bool open = admission_open();
 
   // Running sequences: decode tokens first (one each), then prompt chunks.
   std::vector<Request*> order;
@@ -263,8 +297,11 @@ bool Engine::schedule(std::vector<Slot>& plan) {
     plan.push_back({r, r->n_computed_, take});
     budget -= take;
   }
-  // Admit waiting requests (FCFS) while there is room.
-  while (budget > 0 && !waiting_.empty()) {
+  // Admit waiting requests in order while there is room. Static and dynamic
+  // batching admit a whole batch at once (prompts then prefill over the
+  // following steps) and nothing more until it has finished.
+  const bool whole_batch = params_.policy != SchedPolicy::Continuous;
+  while (open && !waiting_.empty() && (budget > 0 || whole_batch)) {
     std::shared_ptr<Request> r = waiting_.front();
     int32_t used = 0;
     if (!admit(r, budget, plan, used)) break;
@@ -286,6 +323,25 @@ bool Engine::schedule(std::vector<Slot>& plan) {
     }
   }
   return !plan.empty();
+}
+
+bool Engine::admission_open() const {
+  switch (params_.policy) {
+    case SchedPolicy::Continuous:
+      return true;
+    case SchedPolicy::Static:
+      return running_.empty();
+    case SchedPolicy::Dynamic: {
+      if (!running_.empty() || waiting_.empty()) return false;
+      if (static_cast<int32_t>(waiting_.size()) >= params_.max_seqs) return true;
+      const auto oldest = std::min_element(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
+        return a->times_.submit < b->times_.submit;
+      });
+      return std::chrono::duration<double, std::milli>(Clock::now() - (*oldest)->times_.submit).count() >=
+             params_.batch_timeout_ms;
+    }
+  }
+  return true;
 }
 
 void Engine::sample_next(Request& r, const float* lg) {
@@ -350,6 +406,7 @@ void Engine::process_logits(const std::vector<Slot>& plan) {
       const float* lg = logits_.data() + row * n_vocab;
       ++row;
       if (keep_prompt_row || keep_gen_row) {
+        std::lock_guard<std::mutex> lock(r.mu_);
         const size_t off = r.logits_.size();
         r.logits_.insert(r.logits_.end(), lg, lg + n_vocab);
         if (r.params_.logits & kLogitsLogprobs) {
@@ -402,14 +459,16 @@ int Engine::step() {
       process_logits(plan);
     }
     ++stats_.n_steps;
-  } else if (!waiting_.empty() && running_.empty()) {
+  } else if (!waiting_.empty() && running_.empty() && admission_open()) {
     // Nothing runs and the head of the queue cannot be admitted with every
     // block free: it can never fit.
     waiting_.front()->finish(FinishReason::Error, Status::OutOfMemory, "the request does not fit in the KV cache");
   }
   // Sequences that finished this step give their blocks back now.
   drop_finished();
-  return static_cast<int>(running_.size() + waiting_.size());
+  publish_stats();
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  return static_cast<int>(running_.size() + waiting_.size() + inbox_.size());
 }
 
 void Engine::run() {
@@ -417,12 +476,34 @@ void Engine::run() {
   }
 }
 
-EngineStats Engine::stats() const {
+void Engine::publish_stats() {
   EngineStats s = stats_;
   s.n_running = static_cast<int32_t>(running_.size());
   s.n_waiting = static_cast<int32_t>(waiting_.size());
   s.kv = kv_->stats();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  published_ = s;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s = published_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    s.n_waiting += static_cast<int32_t>(inbox_.size());
+  }
+  s.uptime_s = std::chrono::duration<double>(Clock::now() - created_).count();
   return s;
+}
+
+int32_t Engine::max_concurrency(int32_t prompt_len, int32_t output_len) const {
+  if (prompt_len < 1 || output_len < 0) raise(Status::InvalidArgument, "prompt_len must be >= 1 and output_len >= 0");
+  int need = kv_->blocks_for(prompt_len + output_len);
+  if (window_ > 0) need = std::min(need, kv_->blocks_for(window_) + 1);
+  return std::min(params_.max_seqs, kv_->n_blocks_total() / need);
 }
 
 }  // namespace infer

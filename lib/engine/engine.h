@@ -14,7 +14,9 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <deque>
+#include <mutex>
 #include <memory>
 #include <vector>
 
@@ -25,6 +27,15 @@
 #include "model/model.h"
 
 namespace infer {
+
+// How waiting requests join the running batch.
+//  Continuous: at every step, as soon as a sequence slot and blocks are free
+//              (iteration-level scheduling).
+//  Static:     a batch of up to max_seqs starts when the engine is idle and
+//              runs to completion before the next one is formed.
+//  Dynamic:    like static, but a batch starts only once max_seqs requests
+//              wait or the oldest has waited batch_timeout_ms.
+enum class SchedPolicy : int { Continuous = 0, Static = 1, Dynamic = 2 };
 
 struct EngineParams {
   int32_t n_threads = 0;           // 0: all cores
@@ -37,12 +48,16 @@ struct EngineParams {
   int32_t max_batch_tokens = 512;
   int32_t n_ctx = 0;               // 0: the model's training context
   bool prefix_caching = true;
+  SchedPolicy policy = SchedPolicy::Continuous;
+  double batch_timeout_ms = 50;    // dynamic batching: the longest a request waits for a full batch
   void validate() const;
 };
 
 struct EngineStats {
   int32_t n_running = 0, n_waiting = 0;
   uint64_t n_steps = 0, n_prompt_tokens = 0, n_generated_tokens = 0, n_preemptions = 0;
+  uint64_t n_finished = 0;
+  double uptime_s = 0;             // since the engine was created
   KvStats kv;
 };
 
@@ -52,7 +67,9 @@ class Engine {
   ~Engine();
 
   // Validates and queues a request (Error(InvalidArgument / OutOfMemory) for
-  // one that can never run; nothing is queued then).
+  // one that can never run; nothing is queued then). submit and submit_n may
+  // be called from any thread, also while another thread runs step(); every
+  // other member belongs to the thread that steps.
   std::shared_ptr<Request> submit(RequestParams params);
   // n samples of one prompt: the prompt is computed once and its KV blocks
   // are shared by all n (copy-on-write); sample i uses seed + i.
@@ -67,7 +84,12 @@ class Engine {
   KvCache& kv() { return *kv_; }
   const EngineParams& params() const { return params_; }
   int32_t n_ctx() const { return n_ctx_; }
+  // A consistent snapshot, safe from any thread (taken at the end of a step).
   EngineStats stats() const;
+  // How many sequences of prompt_len + output_len tokens the KV budget holds
+  // at once without prefix sharing (capped by max_seqs): the "max batch
+  // size" deployments are sized by.
+  int32_t max_concurrency(int32_t prompt_len, int32_t output_len) const;
 
  private:
   struct Slot;  // a sequence scheduled in the current step
@@ -83,6 +105,9 @@ class Engine {
   void process_logits(const std::vector<Slot>& plan);
   void sample_next(Request& r, const float* logits);
   bool caches_prefix(const Request& r) const;
+  void enqueue(const std::shared_ptr<Request>& r);
+  bool admission_open() const;
+  void publish_stats();
 
   const Model& model_;
   EngineParams params_;
@@ -95,11 +120,19 @@ class Engine {
   Batch batch_;
   std::vector<float> logits_;
 
-  std::deque<std::shared_ptr<Request>> waiting_;
+  std::deque<std::shared_ptr<Request>> waiting_;  // by priority, then arrival
   std::vector<std::shared_ptr<Request>> running_;
-  uint64_t next_id_ = 1;
   uint64_t admit_counter_ = 0;
   EngineStats stats_;
+  Clock::time_point created_;
+
+  // Submissions from any thread land here; the stepping thread moves them to
+  // waiting_ at the start of each step.
+  mutable std::mutex inbox_mu_;
+  std::vector<std::shared_ptr<Request>> inbox_;
+  std::atomic<uint64_t> next_id_{1};
+  mutable std::mutex stats_mu_;
+  EngineStats published_;
 };
 
 }  // namespace infer

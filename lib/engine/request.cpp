@@ -18,11 +18,25 @@ Request::Request(uint64_t id, RequestParams params, const Tokenizer& tok, int32_
 }
 
 void Request::finish(FinishReason reason, Status status, std::string message) {
-  if (finish_ != FinishReason::None) return;
-  finish_ = reason;
-  status_ = status;
-  error_ = std::move(message);
-  times_.finish = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finish_ != FinishReason::None) return;
+    finish_ = reason;
+    status_ = status;
+    error_ = std::move(message);
+    times_.finish = Clock::now();
+  }
+  cv_.notify_all();
+}
+
+void Request::wait_for(size_t seen, int32_t timeout_ms) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto ready = [&] { return finish_ != FinishReason::None || static_cast<size_t>(n_generated()) > seen; };
+  if (timeout_ms < 0) {
+    cv_.wait(lock, ready);
+  } else {
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+  }
 }
 
 std::string Request::flush_text() {
@@ -33,6 +47,7 @@ std::string Request::flush_text() {
 }
 
 bool Request::accept_token(int32_t token, bool is_eog, bool at_length_limit) {
+  std::unique_lock<std::mutex> lock(mu_);
   const auto now = Clock::now();
   if (n_generated() == 0) times_.first_token = now;
   times_.last_token = now;
@@ -65,6 +80,9 @@ bool Request::accept_token(int32_t token, bool is_eog, bool at_length_limit) {
       text_ += released;
     }
   }
+  lock.unlock();
+  cv_.notify_all();
+  // The callback runs without the lock: it may read the request's state.
   if (params_.on_token && !params_.on_token(token, released)) {
     finish(done ? reason : FinishReason::Cancelled);
     return true;

@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +37,7 @@ struct RequestParams {
   bool ignore_eos = false;
   uint32_t logits = 0;  // LogitsFlags
   TokenCallback on_token;
+  int32_t priority = 0;      // higher runs first; FCFS among equals
   bool prefix_cache = true;  // look up / share this request's prompt blocks
   uint64_t cache_salt = 0;   // requests share cached blocks only with equal salts
 };
@@ -68,6 +71,12 @@ class Request {
   int32_t n_cached() const { return n_cached_; }
   int32_t n_preemptions() const { return n_preemptions_; }
   void request_cancel() { cancel_.store(true, std::memory_order_relaxed); }
+  // State shared with other threads (a background engine thread writes it):
+  // readers outside the engine thread hold mutex() while they look.
+  std::mutex& mutex() const { return mu_; }
+  // Waits until more than `seen` tokens were generated or the request
+  // finished, at most timeout_ms (< 0: no limit). Takes the lock itself.
+  void wait_for(size_t seen, int32_t timeout_ms) const;
   // Replaces the token callback (before the request starts).
   void set_callback(TokenCallback cb) { params_.on_token = std::move(cb); }
   bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
@@ -113,6 +122,8 @@ class Request {
   Status status_ = Status::Ok;
   std::string error_;
   std::atomic<bool> cancel_{false};
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
   RequestTimes times_;
   int32_t n_preemptions_ = 0;
 };
