@@ -27,10 +27,19 @@
  *    `const infer_model *` may be called concurrently from many threads, and
  *    one model may back many engines. Free it only after every engine built
  *    on it is freed.
- *  - infer_engine and the infer_request handles it created: NOT thread-safe
- *    in this version. Use an engine (and its requests) from one thread at a
- *    time; distinct engines may run concurrently on distinct threads. Token
- *    callbacks run on the thread that calls infer_engine_step/run.
+ *  - infer_engine, driven by the caller (infer_engine_step / run): use it and
+ *    its requests from one thread at a time. Distinct engines may run
+ *    concurrently on distinct threads.
+ *  - infer_engine with a background thread (infer_engine_start): infer_submit,
+ *    infer_submit_n, infer_request_cancel, infer_request_get_stats,
+ *    infer_request_next_tokens / next_text, infer_request_text,
+ *    infer_engine_get_stats and infer_engine_wait_idle may be called from any
+ *    number of threads at once. infer_engine_step / run return
+ *    INFER_ERR_BUSY while the thread runs. infer_request_tokens and
+ *    infer_request_logits return pointers into live state: read them only
+ *    after the request has finished. Token callbacks run on the engine's
+ *    thread and must not call infer_engine_stop or infer_engine_free.
+ *  - An infer_request handle must not be freed while another thread uses it.
  */
 #ifndef INFER_INFER_H
 #define INFER_INFER_H
@@ -209,6 +218,12 @@ typedef enum infer_kv_type {
   INFER_KV_INT8 = 2
 } infer_kv_type;
 
+typedef enum infer_policy {
+  INFER_POLICY_CONTINUOUS = 0, /* iteration-level: a free slot is refilled at the next step */
+  INFER_POLICY_STATIC = 1,     /* a batch forms when idle and runs to completion */
+  INFER_POLICY_DYNAMIC = 2     /* like static, but waits for a full batch or a timeout */
+} infer_policy;
+
 typedef struct infer_engine_params {
   uint32_t struct_size;
   int32_t n_threads;          /* default 0: all cores */
@@ -224,6 +239,8 @@ typedef struct infer_engine_params {
                                  blocks of the common prefix (automatic prefix caching) */
   uint64_t host_kv_budget_bytes; /* default 0: a second KV tier in host memory for preempted
                                     sequences and evicted prefix blocks */
+  infer_policy policy;          /* default CONTINUOUS */
+  double batch_timeout_ms;      /* dynamic batching: longest wait for a full batch, default 50 */
 } infer_engine_params;
 
 INFER_API void infer_engine_params_init(infer_engine_params *params);
@@ -296,6 +313,7 @@ typedef struct infer_request_params {
   int32_t no_prefix_cache;      /* default 0; 1: neither reuse nor offer cached KV blocks */
   uint64_t cache_salt;          /* default 0; cached blocks are shared only between requests
                                    with the same salt (keeps tenants apart) */
+  int32_t priority;             /* default 0; higher is admitted first and preempted last */
 } infer_request_params;
 
 INFER_API void infer_request_params_init(infer_request_params *params);
@@ -387,10 +405,43 @@ typedef struct infer_engine_stats {
   uint64_t n_preemptions;
   uint64_t kv_evictions;        /* cached blocks evicted to make room */
   infer_kv_type kv_type;
+  uint64_t n_finished;          /* requests finished since creation */
+  double uptime_s;              /* since creation */
+  double generated_tokens_per_s; /* n_generated_tokens / uptime_s */
 } infer_engine_stats;
 
 INFER_API void infer_engine_stats_init(infer_engine_stats *stats);
 INFER_API infer_status infer_engine_get_stats(const infer_engine *engine, infer_engine_stats *stats);
+
+/* How many sequences of prompt_len + output_len tokens the engine's KV
+ * budget holds at once without prefix sharing (at most max_seqs): the "max
+ * batch size" deployments are sized by. */
+INFER_API infer_status infer_engine_max_concurrency(const infer_engine *engine, int32_t prompt_len,
+                                                    int32_t output_len, int32_t *out);
+
+/* ---- background engine thread ----------------------------------------------------------- */
+
+/* Starts a thread that steps the engine whenever there is work (and sleeps
+ * when there is none). Starting a started engine is a no-op. */
+INFER_API infer_status infer_engine_start(infer_engine *engine);
+/* Stops the thread. drain = 1: first let every request finish; drain = 0:
+ * cancel what is in flight (each finishes as CANCELLED). No-op when not
+ * started. infer_engine_free stops the thread with drain = 0. */
+INFER_API infer_status infer_engine_stop(infer_engine *engine, int32_t drain);
+/* Blocks until the engine has no request left. */
+INFER_API infer_status infer_engine_wait_idle(infer_engine *engine);
+
+/* Waits up to timeout_ms (< 0: no limit; 0: just look) for tokens generated
+ * since the previous call on this handle, and copies up to `capacity` of them
+ * (the rest come next time). *finished is 1 once the request has finished
+ * and every token was returned. A timeout is not an error: *n_tokens is 0. */
+INFER_API infer_status infer_request_next_tokens(infer_request *request, int32_t timeout_ms, int32_t *tokens,
+                                                 size_t capacity, size_t *n_tokens, int32_t *finished);
+/* The same for text: the text released since the previous call (at most
+ * buf_size - 1 bytes, never a split UTF-8 sequence; NUL-terminated).
+ * Independent of infer_request_next_tokens' position. */
+INFER_API infer_status infer_request_next_text(infer_request *request, int32_t timeout_ms, char *buf,
+                                               size_t buf_size, size_t *n_bytes, int32_t *finished);
 
 /* ---- one-call convenience ---------------------------------------------------------------- */
 
@@ -400,6 +451,65 @@ INFER_API infer_status infer_engine_get_stats(const infer_engine *engine, infer_
 INFER_API infer_status infer_generate(infer_model *model, const char *prompt,
                                       const infer_sampling_params *sampling, int32_t max_tokens,
                                       char **out_text);
+
+/* ---- chat templates ------------------------------------------------------------------------ */
+
+/* Chat models expect their conversation in the format they were trained on.
+ * A GGUF file carries it as a Jinja template (tokenizer.chat_template);
+ * libinfer recognises the common families by their markers and renders them
+ * exactly as the published templates do (no Jinja interpreter is embedded).
+ * Built-in templates: "llama2", "llama3", "llama3.1", "chatml" (Qwen, Hermes,
+ * ...), "mistral-v0", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
+ * "mistral-v7", "phi3", "gemma", "zephyr", "deepseek" (DeepSeek Coder),
+ * "deepseek2", "deepseek3"; see infer_chat_template_name().
+ *
+ * The rendered prompt contains the special tokens as text (e.g. "<|im_start|>",
+ * and the BOS token where the template writes one): submit it with
+ * parse_special = 1 and add_bos = 0. All functions here are thread-safe. */
+
+typedef struct infer_chat_message {
+  const char *role;    /* "system", "user" or "assistant" */
+  const char *content; /* UTF-8, NUL-terminated */
+} infer_chat_message;
+
+/* Number of built-in templates, and the name of template `index`
+ * (0 <= index < count; NULL otherwise). Names are static strings. */
+INFER_API int32_t infer_chat_template_count(void);
+INFER_API const char *infer_chat_template_name(int32_t index);
+
+/* The built-in template that the model's tokenizer.chat_template matches,
+ * written to buf (NUL-terminated; *needed receives the size including the
+ * NUL). NOT_FOUND when the model has no chat template, UNSUPPORTED (with the
+ * template's opening in the message) when it is not recognised. */
+INFER_API infer_status infer_chat_template_detect(const infer_model *model, char *buf, size_t buf_size,
+                                                  size_t *needed);
+
+/* Renders n_messages messages into prompt text (UTF-8, NUL-terminated; caller
+ * buffer, *needed receives the size including the NUL, BUFFER_TOO_SMALL
+ * when buf is short).
+ *  - template_name: a built-in name, or a Jinja template text to recognise,
+ *    or NULL to use the model's tokenizer.chat_template (detected as
+ *    infer_chat_template_detect does, including variations the text selects:
+ *    whether it writes the BOS token, a Qwen-style default system prompt).
+ *    An unknown name is UNSUPPORTED (the message names it).
+ *  - model: supplies the BOS/EOS token texts (and the template when
+ *    template_name is NULL). May be NULL when template_name is given: the
+ *    family's usual token texts are used.
+ *  - add_generation_prompt: 1 appends the header that opens the assistant's
+ *    reply.
+ * INVALID_ARGUMENT for a NULL message, role or content, a role other than
+ * system/user/assistant, or a conversation the template refuses (e.g. roles
+ * that do not alternate user/assistant where the template requires it). */
+INFER_API infer_status infer_chat_apply_template(const infer_model *model, const char *template_name,
+                                                 const infer_chat_message *messages, size_t n_messages,
+                                                 int32_t add_generation_prompt, char *buf, size_t buf_size,
+                                                 size_t *needed);
+
+/* The texts that end an assistant turn in a template's format, for use as
+ * stop strings alongside the model's end-of-generation tokens: stop string
+ * `index` (0, 1, ...) of template `template_name`, or NULL past the last one
+ * or for an unknown name. Static strings. */
+INFER_API const char *infer_chat_template_stop(const char *template_name, int32_t index);
 
 /* ---- tools (what the infer CLI does, for every language) ----------------------------------- */
 

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/engine_thread.h"
 #include "engine/tools.h"
 #include "infer/infer.h"
 #include "model/llama2c.h"
@@ -31,6 +34,10 @@ struct infer_model {
 struct infer_engine {
   infer_model* model;
   std::unique_ptr<infer::Engine> engine;
+  std::mutex thread_mu;                         // guards starting / stopping `thread`
+  std::unique_ptr<infer::EngineThread> thread;  // background stepping, when started
+  std::atomic<bool> threaded{false};
+  ~infer_engine() { thread.reset(); }           // stop (cancel) before the engine goes
 };
 
 // What the token callback needs; shared with the engine's closure so a freed
@@ -45,6 +52,9 @@ struct CallbackState {
 struct infer_request {
   std::shared_ptr<infer::Request> req;
   std::shared_ptr<CallbackState> cb;
+  infer_engine* engine = nullptr;
+  size_t tokens_read = 0;  // infer_request_next_tokens position
+  size_t text_read = 0;    // infer_request_next_text position
 };
 
 namespace {
@@ -144,6 +154,13 @@ std::string render_value(const infer::GgufValue& v) {
 }
 
 }  // namespace
+
+// For the C API's other translation units (c_api_chat.cpp): the same error
+// reporting, and the core model behind a handle.
+namespace infer::api {
+infer_status fail(infer_status s, const std::string& msg) { return ::fail(s, msg); }
+const infer::Model& model_of(const infer_model* m) { return *m->model; }
+}  // namespace infer::api
 
 extern "C" {
 
@@ -345,6 +362,10 @@ infer::EngineParams to_engine_params(const infer_engine_params* params) {
   ep.max_batch_tokens = p.max_batch_tokens;
   ep.n_ctx = p.n_ctx;
   ep.prefix_caching = p.prefix_caching != 0;
+  if (p.policy != INFER_POLICY_CONTINUOUS && p.policy != INFER_POLICY_STATIC && p.policy != INFER_POLICY_DYNAMIC)
+    infer::raise(infer::Status::InvalidArgument, "unknown policy %d", static_cast<int>(p.policy));
+  ep.policy = static_cast<infer::SchedPolicy>(p.policy);
+  ep.batch_timeout_ms = p.batch_timeout_ms;
   return ep;
 }
 
@@ -361,6 +382,8 @@ void infer_engine_params_init(infer_engine_params* p) {
   p->max_seqs = 16;
   p->max_batch_tokens = 512;
   p->prefix_caching = 1;
+  p->policy = INFER_POLICY_CONTINUOUS;
+  p->batch_timeout_ms = 50;
 }
 
 infer_status infer_engine_create(infer_model* model, const infer_engine_params* params, infer_engine** out) {
@@ -451,6 +474,7 @@ infer::RequestParams to_request_params(infer_engine* engine, const infer_request
   rp.ignore_eos = p.ignore_eos != 0;
   rp.logits = p.logits;
   rp.prefix_cache = p.no_prefix_cache == 0;
+  rp.priority = p.priority;
   rp.cache_salt = p.cache_salt;
   if (p.on_token) {
     rp.on_token = [cb](int32_t token, std::string_view text) {
@@ -459,6 +483,11 @@ infer::RequestParams to_request_params(infer_engine* engine, const infer_request
     };
   }
   return rp;
+}
+
+void notify(infer_engine* engine) {
+  std::lock_guard<std::mutex> lock(engine->thread_mu);
+  if (engine->thread) engine->thread->notify();
 }
 
 std::unique_ptr<infer_request> new_handle(const infer_request_params& p) {
@@ -485,8 +514,10 @@ infer_status infer_submit(infer_engine* engine, const infer_request_params* para
   CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit: n_stop > 0 but stop is NULL");
   return guarded([&] {
     auto h = new_handle(p);
+    h->engine = engine;
     h->req = engine->engine->submit(to_request_params(engine, p, h->cb));
     *out = h.release();
+    notify(engine);
     return INFER_OK;
   });
 }
@@ -511,6 +542,7 @@ infer_status infer_submit_n(infer_engine* engine, const infer_request_params* pa
     std::vector<std::shared_ptr<infer::Request>> family = engine->engine->submit_n(rp, n);
     for (int32_t i = 0; i < n; ++i) {
       handles[i]->req = family[i];
+      handles[i]->engine = engine;
       if (p.on_token) {
         std::shared_ptr<CallbackState> cb = handles[i]->cb;
         family[i]->set_callback([cb](int32_t token, std::string_view text) {
@@ -520,6 +552,7 @@ infer_status infer_submit_n(infer_engine* engine, const infer_request_params* pa
       }
       out[i] = handles[i].release();
     }
+    notify(engine);
     return INFER_OK;
   });
 }
@@ -527,6 +560,7 @@ infer_status infer_submit_n(infer_engine* engine, const infer_request_params* pa
 infer_status infer_engine_step(infer_engine* engine, int32_t* n_active) {
   if (n_active) *n_active = 0;
   CHECK_ARG(engine, "infer_engine_step: engine must not be NULL");
+  if (engine->threaded) return fail(INFER_ERR_BUSY, "infer_engine_step: the engine's background thread is running");
   return guarded([&] {
     const int n = engine->engine->step();
     if (n_active) *n_active = n;
@@ -536,6 +570,7 @@ infer_status infer_engine_step(infer_engine* engine, int32_t* n_active) {
 
 infer_status infer_engine_run(infer_engine* engine) {
   CHECK_ARG(engine, "infer_engine_run: engine must not be NULL");
+  if (engine->threaded) return fail(INFER_ERR_BUSY, "infer_engine_run: the engine's background thread is running");
   return guarded([&] {
     engine->engine->run();
     return INFER_OK;
@@ -564,6 +599,7 @@ void infer_request_stats_init(infer_request_stats* s) {
 infer_status infer_request_get_stats(const infer_request* request, infer_request_stats* stats) {
   CHECK_ARG(request && stats && size_ok(stats), "infer_request_get_stats: NULL argument or wrong struct_size");
   const infer::Request& r = *request->req;
+  std::lock_guard<std::mutex> lock(r.mutex());
   const infer::RequestTimes& t = r.times();
   auto ms = [](infer::Clock::time_point a, infer::Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -600,7 +636,12 @@ infer_status infer_request_tokens(const infer_request* request, const int32_t** 
 
 infer_status infer_request_text(const infer_request* request, char* buf, size_t buf_size, size_t* needed) {
   CHECK_ARG(request, "infer_request_text: request must not be NULL");
-  return copy_out(request->req->text(), buf, buf_size, needed);
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(request->req->mutex());
+    text = request->req->text();
+  }
+  return copy_out(text, buf, buf_size, needed);
 }
 
 infer_status infer_request_logits(const infer_request* request, const float** data, size_t* n_rows, size_t* n_vocab) {
@@ -615,7 +656,55 @@ infer_status infer_request_logits(const infer_request* request, const float** da
 }
 
 const char* infer_request_error(const infer_request* request) {
-  return request ? request->req->error().c_str() : "";
+  if (!request) return "";
+  std::lock_guard<std::mutex> lock(request->req->mutex());
+  return request->req->error().c_str();  // set once, when the request finishes
+}
+
+infer_status infer_request_next_tokens(infer_request* request, int32_t timeout_ms, int32_t* tokens, size_t capacity,
+                                       size_t* n_tokens, int32_t* finished) {
+  if (n_tokens) *n_tokens = 0;
+  if (finished) *finished = 0;
+  CHECK_ARG(request && n_tokens && finished && (tokens || capacity == 0),
+            "infer_request_next_tokens: NULL argument");
+  const infer::Request& r = *request->req;
+  r.wait_for(request->tokens_read, timeout_ms);
+  std::lock_guard<std::mutex> lock(r.mutex());
+  const size_t avail = static_cast<size_t>(r.n_generated()) - request->tokens_read;
+  const size_t n = std::min(avail, capacity);
+  if (n) std::memcpy(tokens, r.generated() + request->tokens_read, n * sizeof(int32_t));
+  request->tokens_read += n;
+  *n_tokens = n;
+  *finished = r.finished() && n == avail ? 1 : 0;
+  return INFER_OK;
+}
+
+infer_status infer_request_next_text(infer_request* request, int32_t timeout_ms, char* buf, size_t buf_size,
+                                     size_t* n_bytes, int32_t* finished) {
+  if (n_bytes) *n_bytes = 0;
+  if (finished) *finished = 0;
+  CHECK_ARG(request && n_bytes && finished && buf && buf_size > 0, "infer_request_next_text: NULL argument or empty buffer");
+  const infer::Request& r = *request->req;
+  {
+    // Wait for text: new tokens may release no text (held back), so wait on
+    // tokens past those already reflected in what was read.
+    std::unique_lock<std::mutex> lock(r.mutex());
+    const bool have = r.text().size() > request->text_read || r.finished();
+    lock.unlock();
+    if (!have) r.wait_for(static_cast<size_t>(r.n_generated()), timeout_ms);
+  }
+  std::lock_guard<std::mutex> lock(r.mutex());
+  const std::string& text = r.text();
+  size_t n = std::min(text.size() - request->text_read, buf_size - 1);
+  // Do not split a UTF-8 sequence: back off over continuation bytes.
+  if (request->text_read + n < text.size())
+    while (n > 0 && (static_cast<unsigned char>(text[request->text_read + n]) & 0xC0) == 0x80) --n;
+  std::memcpy(buf, text.data() + request->text_read, n);
+  buf[n] = '\0';
+  request->text_read += n;
+  *n_bytes = n;
+  *finished = r.finished() && request->text_read == text.size() ? 1 : 0;
+  return INFER_OK;
 }
 
 void infer_engine_stats_init(infer_engine_stats* s) {
@@ -632,11 +721,12 @@ infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_sta
   infer_engine_stats_init(&o);
   o.n_running = s.n_running;
   o.n_waiting = s.n_waiting;
-  o.kv_blocks_total = e.kv().n_blocks_total();
-  o.kv_blocks_used = e.kv().n_blocks_used();
+  const size_t block_bytes = e.kv().layout().block_bytes();  // layout is immutable
+  o.kv_blocks_total = s.kv.blocks_total;
+  o.kv_blocks_used = s.kv.blocks_used;
   o.kv_block_size = e.kv().layout().block_size;
-  o.kv_bytes_total = e.kv().bytes_total();
-  o.kv_bytes_used = e.kv().bytes_used();
+  o.kv_bytes_total = block_bytes * static_cast<uint64_t>(s.kv.blocks_total);
+  o.kv_bytes_used = block_bytes * static_cast<uint64_t>(s.kv.blocks_used);
   o.n_steps = s.n_steps;
   o.n_prompt_tokens = s.n_prompt_tokens;
   o.n_generated_tokens = s.n_generated_tokens;
@@ -648,8 +738,64 @@ infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_sta
   o.prefix_hit_tokens = s.kv.prefix_hit_tokens;
   o.n_preemptions = s.n_preemptions;
   o.kv_evictions = s.kv.evictions;
-  o.kv_type = static_cast<infer_kv_type>(e.kv().type());
+  o.kv_type = static_cast<infer_kv_type>(e.params().kv_type);
+  o.n_finished = s.n_finished;
+  o.uptime_s = s.uptime_s;
+  o.generated_tokens_per_s = s.uptime_s > 0 ? s.n_generated_tokens / s.uptime_s : 0;
   return write_out(stats, o);
+}
+
+infer_status infer_engine_max_concurrency(const infer_engine* engine, int32_t prompt_len, int32_t output_len,
+                                          int32_t* out) {
+  if (out) *out = 0;
+  CHECK_ARG(engine && out, "infer_engine_max_concurrency: NULL argument");
+  return guarded([&] {
+    *out = engine->engine->max_concurrency(prompt_len, output_len);
+    return INFER_OK;
+  });
+}
+
+infer_status infer_engine_start(infer_engine* engine) {
+  CHECK_ARG(engine, "infer_engine_start: engine must not be NULL");
+  return guarded([&] {
+    std::lock_guard<std::mutex> lock(engine->thread_mu);
+    if (!engine->thread) {
+      engine->threaded = true;
+      engine->thread = std::make_unique<infer::EngineThread>(*engine->engine);
+      engine->thread->notify();  // requests submitted before the start
+    }
+    return INFER_OK;
+  });
+}
+
+infer_status infer_engine_stop(infer_engine* engine, int32_t drain) {
+  CHECK_ARG(engine, "infer_engine_stop: engine must not be NULL");
+  return guarded([&] {
+    std::unique_ptr<infer::EngineThread> t;
+    {
+      std::lock_guard<std::mutex> lock(engine->thread_mu);
+      t = std::move(engine->thread);
+    }
+    if (t) t->stop(drain != 0);
+    engine->threaded = false;
+    return INFER_OK;
+  });
+}
+
+infer_status infer_engine_wait_idle(infer_engine* engine) {
+  CHECK_ARG(engine, "infer_engine_wait_idle: engine must not be NULL");
+  return guarded([&] {
+    std::unique_lock<std::mutex> lock(engine->thread_mu);
+    if (engine->thread) {
+      infer::EngineThread* t = engine->thread.get();
+      lock.unlock();
+      t->wait_idle();
+    } else {
+      lock.unlock();
+      engine->engine->run();
+    }
+    return INFER_OK;
+  });
 }
 
 /* ---- convenience and tools ---- */

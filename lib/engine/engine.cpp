@@ -476,6 +476,21 @@ void Engine::run() {
   }
 }
 
+void Engine::cancel_all() {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    for (auto& r : inbox_) enqueue(r);
+    inbox_.clear();
+  }
+  // Followers released by a cancelled leader rejoin the queue: repeat.
+  while (!running_.empty() || !waiting_.empty()) {
+    for (auto& r : running_) r->request_cancel();
+    for (auto& r : waiting_) r->request_cancel();
+    drop_finished();
+  }
+  publish_stats();
+}
+
 void Engine::publish_stats() {
   EngineStats s = stats_;
   s.n_running = static_cast<int32_t>(running_.size());

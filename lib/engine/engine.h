@@ -78,6 +78,9 @@ class Engine {
   int step();
   // Steps until no request is left.
   void run();
+  // Finishes every unfinished request as cancelled and frees its blocks
+  // (shutdown). Stepping thread only.
+  void cancel_all();
 
   const Model& model() const { return model_; }
   const KvCache& kv() const { return *kv_; }

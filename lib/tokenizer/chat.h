@@ -60,9 +60,9 @@ const std::vector<std::string>& chat_template_names();
 // there is none.
 ChatTemplate chat_template_by_name(std::string_view name);
 
-// Recognises a Jinja chat template (tokenizer.chat_template). A text that
-// is exactly a built-in name selects it. Error(Unsupported) when the family
-// is not recognised.
+// Recognises a Jinja chat template (tokenizer.chat_template). A text with
+// no Jinja tags is taken as a template name (chat_template_by_name).
+// Error(Unsupported) when the family is not recognised.
 ChatTemplate chat_template_detect(std::string_view jinja);
 
 // The model's special tokens as the template sees them.

@@ -1,0 +1,184 @@
+#include <unistd.h>
+
+#include <iostream>
+
+#include "cli.h"
+
+namespace cli {
+namespace {
+
+// ---- chat ----
+//
+// An interactive multi-turn chat: user lines come from stdin (a terminal or
+// a pipe), replies stream to stdout. Every turn renders the whole
+// conversation with the model's chat template and submits it to the same
+// engine, so the prefix cache serves the part of the prompt that earlier
+// turns already computed. Ends at EOF or "/exit".
+
+struct TurnState {
+  bool quiet;
+};
+
+int32_t on_chat_token(infer_request*, int32_t, const char* text, size_t len, void* user) {
+  if (!static_cast<TurnState*>(user)->quiet) {
+    std::fwrite(text, 1, len, stdout);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+std::string render(infer_model* m, const std::string& tmpl, const std::vector<std::pair<std::string, std::string>>& msgs) {
+  std::vector<infer_chat_message> cm;
+  for (const auto& [role, content] : msgs) cm.push_back({role.c_str(), content.c_str()});
+  size_t need = 0;
+  infer_status st = infer_chat_apply_template(m, tmpl.c_str(), cm.data(), cm.size(), 1, nullptr, 0, &need);
+  if (st != INFER_ERR_BUFFER_TOO_SMALL) check(st, "applying the chat template");
+  std::string out(need, '\0');
+  check(infer_chat_apply_template(m, tmpl.c_str(), cm.data(), cm.size(), 1, out.data(), out.size(), &need),
+        "applying the chat template");
+  out.resize(need - 1);
+  return out;
+}
+
+size_t count_tokens(infer_model* m, const std::string& text) {
+  size_t n = 0;
+  const infer_status st = infer_tokenize(m, text.data(), text.size(), 0, 1, nullptr, 0, &n);
+  if (st != INFER_ERR_BUFFER_TOO_SMALL) check(st, "tokenizing");
+  return n;
+}
+
+int cmd_chat(int argc, char** argv) {
+  Args a(argc, argv, 2,
+         with({"-m", "--model", "--template", "--system", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
+               "--min-p", "--repeat-penalty", "--seed", "-t", "--threads", "--ctx"},
+              kKvFlags),
+         with({"--quiet", "--show-prompt", "--stats"}, kKvBoolFlags));
+  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
+  Model model(model_path(a));
+
+  // The template: given by name, else the model's own.
+  std::string tmpl = a.get("--template");
+  if (tmpl.empty()) {
+    size_t need = 0;
+    infer_status st = infer_chat_template_detect(model.m, nullptr, 0, &need);
+    if (st == INFER_ERR_NOT_FOUND || st == INFER_ERR_UNSUPPORTED)
+      throw ApiError{std::string(infer_last_error()) + " (choose one with --template NAME)"};
+    if (st != INFER_ERR_BUFFER_TOO_SMALL) check(st, "detecting the chat template");
+    tmpl.assign(need, '\0');
+    check(infer_chat_template_detect(model.m, tmpl.data(), tmpl.size(), &need), "detecting the chat template");
+    tmpl.resize(need - 1);
+  }
+  std::vector<std::string> stops;
+  for (int32_t i = 0; const char* s = infer_chat_template_stop(tmpl.c_str(), i); ++i) stops.emplace_back(s);
+  std::vector<const char*> stop_ptrs;
+  for (const auto& s : stops) stop_ptrs.push_back(s.c_str());
+
+  infer_sampling_params sp;
+  infer_sampling_params_init(&sp);
+  sp.temperature = static_cast<float>(a.get_float("--temp", sp.temperature));
+  sp.top_k = static_cast<int32_t>(a.get_int("--top-k", "--top-k", sp.top_k, -1, 1 << 30));
+  sp.top_p = static_cast<float>(a.get_float("--top-p", sp.top_p));
+  sp.min_p = static_cast<float>(a.get_float("--min-p", sp.min_p));
+  sp.repeat_penalty = static_cast<float>(a.get_float("--repeat-penalty", sp.repeat_penalty));
+  sp.seed = static_cast<uint64_t>(a.get_int("--seed", "--seed", 0, 0, INT64_MAX));
+  const int32_t n_predict = static_cast<int32_t>(a.get_int("-n", "--n-predict", 256, 1, 1 << 24));
+
+  // One engine for the whole conversation.
+  infer_engine_params ep;
+  infer_engine_params_init(&ep);
+  ep.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
+  ep.max_seqs = 1;
+  ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx", "--ctx", 0, 0, 1 << 24));
+  apply_kv_flags(a, ep);
+  Engine engine(model.m, ep);
+  infer_model_info info;
+  infer_model_info_init(&info);
+  check(infer_model_get_info(model.m, &info), "reading model info");
+  const size_t n_ctx = static_cast<size_t>(ep.n_ctx > 0 ? ep.n_ctx : info.n_ctx_train);
+
+  const bool interactive = isatty(STDIN_FILENO) != 0;
+  const bool quiet = a.flag("--quiet");
+  std::fprintf(stderr, "chat template: %s%s\n", tmpl.c_str(),
+               interactive ? " (type /exit or Ctrl-D to quit)" : "");
+
+  std::vector<std::pair<std::string, std::string>> msgs;
+  if (a.has("--system")) msgs.emplace_back("system", a.get("--system"));
+  std::string line;
+  for (int turn = 1;; ++turn) {
+    if (interactive) {
+      std::fputs("> ", stderr);
+      std::fflush(stderr);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line == "/exit" || line == "/quit") break;
+    if (line.empty()) {
+      --turn;
+      continue;
+    }
+    msgs.emplace_back("user", line);
+
+    // Drop the oldest exchanges while the prompt and the reply would not fit.
+    std::string prompt = render(model.m, tmpl, msgs);
+    const size_t first = msgs.front().first == "system" ? 1 : 0;
+    while (count_tokens(model.m, prompt) + static_cast<size_t>(n_predict) > n_ctx && msgs.size() - first > 1) {
+      msgs.erase(msgs.begin() + static_cast<long>(first));
+      if (msgs.size() - first > 1 && msgs[first].first == "assistant") msgs.erase(msgs.begin() + static_cast<long>(first));
+      prompt = render(model.m, tmpl, msgs);
+    }
+    if (a.flag("--show-prompt")) std::fprintf(stderr, "[prompt]\n%s\n[/prompt]\n", prompt.c_str());
+
+    infer_request_params rp;
+    infer_request_params_init(&rp);
+    rp.prompt = prompt.c_str();
+    rp.prompt_len = prompt.size();
+    rp.add_bos = 0;        // the template writes BOS where the model wants it
+    rp.parse_special = 1;  // its markers are special tokens
+    rp.max_tokens = n_predict;
+    rp.sampling = &sp;
+    rp.stop = stop_ptrs.empty() ? nullptr : stop_ptrs.data();
+    rp.n_stop = stop_ptrs.size();
+    TurnState state{quiet};
+    rp.on_token = on_chat_token;
+    rp.user_data = &state;
+    infer_request* req = nullptr;
+    check(infer_submit(engine.e, &rp, &req), "submitting the turn");
+    const infer_status st = infer_engine_run(engine.e);
+    if (st != INFER_OK) {
+      infer_request_free(req);
+      check(st, "generating");
+    }
+    infer_request_stats s;
+    infer_request_stats_init(&s);
+    infer_request_get_stats(req, &s);
+    if (s.finish_reason == INFER_FINISH_ERROR) {
+      const std::string msg = infer_request_error(req);
+      infer_request_free(req);
+      throw ApiError{"generation failed: " + msg};
+    }
+    size_t need = 0;
+    infer_request_text(req, nullptr, 0, &need);
+    std::string reply(need, '\0');
+    check(infer_request_text(req, reply.data(), reply.size(), &need), "reading the reply");
+    reply.resize(need ? need - 1 : 0);
+    infer_request_free(req);
+    if (!quiet) {
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+    }
+    if (a.flag("--stats"))
+      std::fprintf(stderr, "[turn %d: %d prompt tokens, %d from the prefix cache, %d generated, %.1f tok/s]\n", turn,
+                   s.n_prompt_tokens, s.n_cached_tokens, s.n_generated_tokens, s.decode_tokens_per_s);
+    msgs.emplace_back("assistant", reply);
+  }
+  return 0;
+}
+
+const Register kChat{{"chat",
+                      "chat with a model: -m MODEL [--template NAME] [--system TEXT] [-n N] [--temp T]\n"
+                      "              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
+                      "              [-t THREADS] [--ctx N] [--show-prompt] [--stats] [--quiet] [KV flags];\n"
+                      "              reads user lines from stdin until EOF or /exit",
+                      cmd_chat}};
+}  // namespace
+}  // namespace cli
