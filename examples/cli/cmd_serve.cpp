@@ -1,0 +1,190 @@
+// infer bench-serve: an open-loop serving benchmark. Requests arrive as a
+// Poisson process at --rate per second with prompt and output lengths drawn
+// from distributions with a long tail; a background engine thread serves
+// them under the chosen batching policy. Reports throughput and TTFT / TPOT
+// percentiles, the figures users compare serving engines by.
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "cli.h"
+
+namespace cli {
+namespace {
+
+// A length distribution: "N", "uniform:A:B", "exp:MEAN", "lognormal:MEDIAN:SIGMA".
+struct Dist {
+  std::string kind = "fixed";
+  double a = 0, b = 0;
+
+  static Dist parse(const std::string& s, const char* flag) {
+    Dist d;
+    std::vector<std::string> parts;
+    std::stringstream ss(s);
+    std::string item;
+    while (std::getline(ss, item, ':')) parts.push_back(item);
+    auto number = [&](const std::string& x) {
+      char* end = nullptr;
+      const double v = std::strtod(x.c_str(), &end);
+      if (x.empty() || *end || !(v > 0) || !std::isfinite(v))
+        throw UsageError{std::string(flag) + ": '" + x + "' is not a positive number"};
+      return v;
+    };
+    if (parts.size() == 1) {
+      d.a = number(parts[0]);
+    } else if (parts[0] == "uniform" && parts.size() == 3) {
+      d.kind = "uniform";
+      d.a = number(parts[1]);
+      d.b = number(parts[2]);
+      if (d.b < d.a) throw UsageError{std::string(flag) + ": uniform:A:B needs A <= B"};
+    } else if (parts[0] == "exp" && parts.size() == 2) {
+      d.kind = "exp";
+      d.a = number(parts[1]);
+    } else if (parts[0] == "lognormal" && parts.size() == 3) {
+      d.kind = "lognormal";
+      d.a = number(parts[1]);
+      d.b = number(parts[2]);
+    } else {
+      throw UsageError{std::string(flag) + " takes N, uniform:A:B, exp:MEAN or lognormal:MEDIAN:SIGMA"};
+    }
+    return d;
+  }
+
+  int32_t draw(std::mt19937_64& rng, int32_t lo, int32_t hi) const {
+    double v = a;
+    if (kind == "uniform") v = std::uniform_real_distribution<double>(a, b + 1)(rng);
+    if (kind == "exp") v = std::exponential_distribution<double>(1.0 / a)(rng);
+    if (kind == "lognormal") v = std::lognormal_distribution<double>(std::log(a), b)(rng);
+    return static_cast<int32_t>(std::clamp<double>(std::floor(v), lo, hi));
+  }
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const double idx = p / 100.0 * (v.size() - 1);
+  const size_t i = static_cast<size_t>(idx);
+  const double f = idx - i;
+  return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
+}
+
+int cmd_bench_serve(int argc, char** argv) {
+  Args a(argc, argv, 2,
+         with({"-m", "--model", "--requests", "--rate", "--policy", "--prompt-len", "--output-len", "--max-seqs",
+               "--max-batch-tokens", "--seed", "-t", "--threads", "--batch-timeout-ms"},
+              kKvFlags),
+         with({"--json"}, kKvBoolFlags));
+  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
+  const int32_t n_requests = static_cast<int32_t>(a.get_int("--requests", "--requests", 100, 1, 1000000));
+  const double rate = a.get_float("--rate", 10.0);  // requests per second; 0: all at once
+  if (rate < 0) throw UsageError{"--rate must be >= 0"};
+  const std::string policy = a.get("--policy", "continuous");
+  const Dist prompt_len = Dist::parse(a.get("--prompt-len", "lognormal:32:0.8"), "--prompt-len");
+  const Dist output_len = Dist::parse(a.get("--output-len", "lognormal:48:1.0"), "--output-len");
+  std::mt19937_64 rng(static_cast<uint64_t>(a.get_int("--seed", "--seed", 1, 0, INT64_MAX)));
+
+  Model model(model_path(a));
+  infer_model_info info;
+  infer_model_info_init(&info);
+  check(infer_model_get_info(model.m, &info), "reading model info");
+  infer_engine_params ep;
+  infer_engine_params_init(&ep);
+  apply_kv_flags(a, ep);
+  ep.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
+  ep.max_seqs = static_cast<int32_t>(a.get_int("--max-seqs", "--max-seqs", 16, 1, 65536));
+  ep.max_batch_tokens = static_cast<int32_t>(a.get_int("--max-batch-tokens", "--max-batch-tokens", 512, 1, 1 << 20));
+  ep.batch_timeout_ms = a.get_float("--batch-timeout-ms", 50);
+  if (policy == "continuous") ep.policy = INFER_POLICY_CONTINUOUS;
+  else if (policy == "static") ep.policy = INFER_POLICY_STATIC;
+  else if (policy == "dynamic") ep.policy = INFER_POLICY_DYNAMIC;
+  else throw UsageError{"--policy must be static, dynamic or continuous"};
+  Engine engine(model.m, ep);
+
+  // The workload, drawn up front so every policy sees the same one.
+  const int32_t ctx = std::min(info.n_ctx_train > 0 ? info.n_ctx_train : 2048, 4096);
+  struct Job {
+    double at_s;
+    std::vector<int32_t> prompt;
+    int32_t max_tokens;
+    infer_request* req = nullptr;
+  };
+  std::vector<Job> jobs(n_requests);
+  double t = 0;
+  for (Job& j : jobs) {
+    if (rate > 0) t += std::exponential_distribution<double>(rate)(rng);
+    j.at_s = t;
+    const int32_t pl = prompt_len.draw(rng, 1, ctx / 2);
+    j.max_tokens = output_len.draw(rng, 1, ctx - pl - 1);
+    j.prompt.push_back(info.bos_token >= 0 ? info.bos_token : 1);
+    for (int32_t k = 1; k < pl; ++k) j.prompt.push_back(static_cast<int32_t>(3 + rng() % (info.n_vocab - 3)));
+  }
+
+  check(infer_engine_start(engine.e), "starting the engine thread");
+  const auto start = std::chrono::steady_clock::now();
+  for (Job& j : jobs) {
+    std::this_thread::sleep_until(start + std::chrono::duration<double>(j.at_s));
+    infer_request_params rp;
+    infer_request_params_init(&rp);
+    rp.prompt_tokens = j.prompt.data();
+    rp.n_prompt_tokens = j.prompt.size();
+    rp.max_tokens = j.max_tokens;
+    rp.ignore_eos = 1;
+    infer_sampling_params sp;
+    infer_sampling_params_init(&sp);
+    sp.temperature = 0;
+    rp.sampling = &sp;
+    check(infer_submit(engine.e, &rp, &j.req), "submitting");
+  }
+  check(infer_engine_wait_idle(engine.e), "waiting");
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  check(infer_engine_stop(engine.e, 1), "stopping the engine thread");
+
+  std::vector<double> ttft, tpot, e2e;
+  long long generated = 0;
+  int errors = 0;
+  for (Job& j : jobs) {
+    infer_request_stats s;
+    infer_request_stats_init(&s);
+    check(infer_request_get_stats(j.req, &s), "reading stats");
+    if (s.finish_reason == INFER_FINISH_ERROR) ++errors;
+    generated += s.n_generated_tokens;
+    ttft.push_back(s.ttft_ms);
+    if (s.n_generated_tokens > 1) tpot.push_back(s.tpot_ms);
+    e2e.push_back(s.total_ms);
+    infer_request_free(j.req);
+  }
+  infer_engine_stats es;
+  infer_engine_stats_init(&es);
+  check(infer_engine_get_stats(engine.e, &es), "reading engine stats");
+  const double tok_s = generated / elapsed, req_s = n_requests / elapsed;
+  if (a.flag("--json")) {
+    std::printf("{\"policy\": \"%s\", \"requests\": %d, \"rate\": %s, \"duration_s\": %s, \"generated_tokens\": %lld, "
+                "\"generated_tokens_per_s\": %s, \"requests_per_s\": %s, \"ttft_ms_p50\": %s, \"ttft_ms_p90\": %s, "
+                "\"ttft_ms_p99\": %s, \"tpot_ms_p50\": %s, \"tpot_ms_p90\": %s, \"tpot_ms_p99\": %s, "
+                "\"e2e_ms_p50\": %s, \"e2e_ms_p99\": %s, \"preemptions\": %llu, \"errors\": %d}\n",
+                policy.c_str(), n_requests, num(rate).c_str(), num(elapsed).c_str(), generated, num(tok_s).c_str(),
+                num(req_s).c_str(), num(percentile(ttft, 50)).c_str(), num(percentile(ttft, 90)).c_str(),
+                num(percentile(ttft, 99)).c_str(), num(percentile(tpot, 50)).c_str(), num(percentile(tpot, 90)).c_str(),
+                num(percentile(tpot, 99)).c_str(), num(percentile(e2e, 50)).c_str(), num(percentile(e2e, 99)).c_str(),
+                (unsigned long long)es.n_preemptions, errors);
+  } else {
+    std::printf("policy %s: %d requests at %.2f/s in %.2f s (%d errors, %llu preemptions)\n", policy.c_str(),
+                n_requests, rate, elapsed, errors, (unsigned long long)es.n_preemptions);
+    std::printf("  generated %lld tokens: %.1f tok/s, %.2f req/s\n", generated, tok_s, req_s);
+    std::printf("  TTFT ms p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 50), percentile(ttft, 90),
+                percentile(ttft, 99));
+    std::printf("  TPOT ms p50 %.2f  p90 %.2f  p99 %.2f\n", percentile(tpot, 50), percentile(tpot, 90),
+                percentile(tpot, 99));
+  }
+  return errors ? 1 : 0;
+}
+
+const Register kServe{{"bench-serve",
+                       "serving benchmark: -m MODEL --requests N --rate R --policy static|dynamic|continuous\n"
+                       "              [--prompt-len DIST] [--output-len DIST] [--max-seqs N] [--max-batch-tokens N]\n"
+                       "              [--seed S] [--json]   (DIST: N, uniform:A:B, exp:MEAN, lognormal:MEDIAN:SIGMA)",
+                       cmd_bench_serve}};
+
+}  // namespace
+}  // namespace cli
