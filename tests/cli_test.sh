@@ -294,6 +294,39 @@ run_cli bench -m "$MODEL" -p 16 -n 8 -t 2 --json
 expect_ok "bench --json"
 verify "bench --json parses" keys "$OUT"
 
+# ---- KV cache flags, batched bench, serving bench ------------------------------------------
+
+for kv in f32 f16 int8; do
+  run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 24 --kv-type $kv --kv-block 8 --kv-budget-mb 4 --json
+  expect_ok "run --kv-type $kv"
+  verify "run --kv-type $kv --json has KV accounting" keys "$OUT" kv_type kv_blocks_total kv_blocks_used \
+    kv_bytes_total cached_prompt_tokens prefix_hit_tokens
+done
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 8 --no-prefix-cache --host-kv-mb 1 --json
+expect_ok "run --no-prefix-cache --host-kv-mb"
+run_cli run -m "$MODEL" -p "hi" --kv-type q3
+expect_error "an unknown --kv-type"
+
+run_cli bench -m "$MODEL" -p 16 -n 8 -t 1 -r 1 --batch 1,4 --kv-type int8 --json
+expect_ok "bench --batch 1,4"
+if [ "$(grep -c '"batch"' "$OUT")" -eq 2 ]; then pass "bench --batch prints one line per size"; else fail "bench --batch" "$(cat "$OUT")"; fi
+head -1 "$OUT" >"$TMP/b1.json"
+verify "bench --batch --json keys" keys "$TMP/b1.json" batch prefill_tokens_per_s decode_tokens_per_s
+run_cli bench -m "$MODEL" --batch 0
+expect_error "bench --batch 0"
+
+for policy in static dynamic continuous; do
+  run_cli bench-serve -m "$MODEL" --requests 12 --rate 200 --policy $policy --prompt-len uniform:4:24 \
+    --output-len lognormal:8:0.8 --max-seqs 4 --seed 3 -t 1 --json
+  expect_ok "bench-serve --policy $policy"
+  verify "bench-serve --policy $policy --json keys" keys "$OUT" generated_tokens_per_s requests_per_s \
+    ttft_ms_p50 ttft_ms_p90 ttft_ms_p99 tpot_ms_p50 tpot_ms_p90 tpot_ms_p99
+done
+run_cli bench-serve -m "$MODEL" --requests 4 --policy fastest
+expect_error "bench-serve with an unknown policy"
+run_cli bench-serve -m "$MODEL" --requests 4 --prompt-len lognormal:abc:1
+expect_error "bench-serve with a bad distribution"
+
 # ---- errors: clean messages, non-zero exits, no aborts -----------------------------------
 
 run_cli run -m "$TMP/no-such-model.gguf" -p "hi" -n 4

@@ -358,9 +358,12 @@ TEST_CASE("tokenizer: vocabulary checks", "[tokenizer]") {
   }
   {
     Vocab v = good;
-    v.model = "gpt2";
+    v.model = "rwkv";
     CHECK(status_of([&] { Tokenizer::create(v); }) == Status::Unsupported);
-    CHECK(message_of([&] { Tokenizer::create(v); }) == "tokenizer model 'gpt2' is not supported yet");
+    CHECK(message_of([&] { Tokenizer::create(v); }) ==
+          "tokenizer model 'rwkv' is not supported (supported: llama, gpt2)");
+    v.model = "gpt2";  // byte-level BPE needs merges
+    CHECK(status_of([&] { Tokenizer::create(v); }) == Status::Format);
   }
 }
 
