@@ -1,5 +1,9 @@
 #include "cpu/kernels.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "core/fp16.h"
 
 namespace infer::cpu {
@@ -39,8 +43,12 @@ extern const Kernels kAvx2Kernels;  // cpu/avx2/kernels_avx2.cpp
 
 const Kernels* avx2_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                         __builtin_cpu_supports("f16c");
+  // F16C is CPUID.1:ECX bit 29 (not every compiler knows it by name).
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  }();
   return ok ? &kAvx2Kernels : nullptr;
 #else
   return nullptr;

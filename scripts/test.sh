@@ -25,6 +25,6 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-fuzz" -G Ninja -DCMAKE_BUI
   -DINFER_FUZZ=ON -DINFER_TESTS=OFF -DINFER_EXAMPLES=OFF -DINFER_BENCH=OFF -DINFER_CUDA=OFF >/dev/null
 cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_gguf
 mkdir -p "$root/build-fuzz/corpus"
-"$root/build-fuzz/tests/fuzz/fuzz_gguf" -max_total_time="${INFER_FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
+"$root/build-fuzz/tests/fuzz/fuzz_gguf" -max_total_time="${INFER_FUZZ_SECONDS:-60}" -max_len=8192 -rss_limit_mb=2048 \
   "$root/build-fuzz/corpus" "$root/tests/fuzz/corpus"
 echo "all test stages passed"
