@@ -3,23 +3,13 @@
 #include "engine/engine.h"
 #include "engine/tools.h"
 #include "model/model.h"
-#include "test_util.h"
+#include "test_models.h"
 
 using namespace infer;
 
 namespace {
 
-std::unique_ptr<Model> load_stories() {
-  const std::string path = infer_test::shared_file("models/stories260K.gguf");
-  return path.empty() ? nullptr : Model::load(path);
-}
 
-#define NEED_MODEL(m)                                           \
-  auto m = load_stories();                                      \
-  if (!m) {                                                     \
-    WARN("SKIPPED: models/stories260K.gguf not found");         \
-    return;                                                     \
-  }
 
 RequestParams text_request(const Model& m, const std::string& text, int max_tokens, float temp = 0) {
   RequestParams rp;

@@ -8,19 +8,12 @@
 #include "engine/engine_thread.h"
 #include "infer/infer.h"
 #include "model/model.h"
-#include "test_util.h"
+#include "test_models.h"
 
 using namespace infer;
 
-namespace {
-std::unique_ptr<Model> load_stories() {
-  const std::string path = infer_test::shared_file("models/stories260K.gguf");
-  return path.empty() ? nullptr : Model::load(path);
-}
-}  // namespace
-
 TEST_CASE("stress: 1000 requests from 4 threads, a third cancelled, each finishes once", "[engine][thread][stress]") {
-  auto model = load_stories();
+  auto model = infer_test::stories260k();
   if (!model) {
     WARN("SKIPPED: models/stories260K.gguf not found");
     return;

@@ -7,23 +7,13 @@
 #include "engine/tools.h"
 #include "model/llama2c.h"
 #include "model/model.h"
-#include "test_util.h"
+#include "test_models.h"
 
 using namespace infer;
 
 namespace {
 
-std::unique_ptr<Model> load_stories() {
-  const std::string path = infer_test::shared_file("models/stories260K.gguf");
-  return path.empty() ? nullptr : Model::load(path);
-}
 
-#define NEED_MODEL(m)                                   \
-  auto m = load_stories();                              \
-  if (!m) {                                             \
-    WARN("SKIPPED: models/stories260K.gguf not found"); \
-    return;                                             \
-  }
 
 RequestParams greedy(const Model& m, const std::string& text, int n) {
   RequestParams rp;
@@ -200,14 +190,8 @@ TEST_CASE("f16 and int8 KV keep greedy continuations", "[kv][kvtype][engine]") {
 TEST_CASE("KV element types: KL from f32 and top-1 agreement on held-out text", "[.kvquality]") {
   REQUIRE_SHARED(eval, "text/stories-eval.txt");
   std::vector<std::pair<std::string, std::unique_ptr<Model>>> models;
-  models.emplace_back("stories260K", load_stories());
-  const std::string ckpt = infer_test::shared_file("models/stories-xs.bin");
-  const std::string tokf = infer_test::shared_file("models/tok512.bin");
-  if (!ckpt.empty() && !tokf.empty()) {
-    const std::string out = infer_test::temp_dir() + "/xs.gguf";
-    convert_llama2c(ckpt, tokf, out);
-    models.emplace_back("stories-xs", Model::load(out));
-  }
+  models.emplace_back("stories260K", infer_test::stories260k());
+  if (auto xs = infer_test::stories_xs()) models.emplace_back("stories-xs", std::move(xs));
   const std::string text = infer_test::read_text(eval);
   for (auto& [name, m] : models) {
     const std::vector<int32_t> ids = m->tokenizer().encode(text, false);

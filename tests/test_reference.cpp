@@ -9,7 +9,7 @@
 #include "engine/engine.h"
 #include "model/llama2c.h"
 #include "model/model.h"
-#include "test_util.h"
+#include "test_models.h"
 
 using namespace infer;
 
@@ -67,24 +67,10 @@ void check_against(const Reference& ref, const Request& r, int32_t n_vocab) {
   (void)n_vocab;
 }
 
-std::unique_ptr<Model> stories260k() {
-  const std::string path = infer_test::shared_file("models/stories260K.gguf");
-  return path.empty() ? nullptr : Model::load(path);
-}
-
-std::unique_ptr<Model> stories_xs() {
-  const std::string ckpt = infer_test::shared_file("models/stories-xs.bin");
-  const std::string tok = infer_test::shared_file("models/tok512.bin");
-  if (ckpt.empty() || tok.empty()) return nullptr;
-  const std::string out = infer_test::temp_dir() + "/stories-xs.gguf";
-  convert_llama2c(ckpt, tok, out);
-  return Model::load(out);
-}
-
 }  // namespace
 
 TEST_CASE("stories260K references, one sequence at a time", "[reference]") {
-  auto model = stories260k();
+  auto model = infer_test::stories260k();
   if (!model) {
     WARN("SKIPPED: models/stories260K.gguf not found");
     return;
@@ -106,7 +92,7 @@ TEST_CASE("stories260K references, one sequence at a time", "[reference]") {
 }
 
 TEST_CASE("stories-xs converted from llama2.c reproduces its reference", "[reference][llama2c]") {
-  auto model = stories_xs();
+  auto model = infer_test::stories_xs();
   if (!model) {
     WARN("SKIPPED: models/stories-xs.bin or tok512.bin not found");
     return;
@@ -120,8 +106,8 @@ TEST_CASE("stories-xs converted from llama2.c reproduces its reference", "[refer
 }
 
 TEST_CASE("all references decoded concurrently give the same results", "[reference][batching]") {
-  auto model = stories260k();
-  auto xs = stories_xs();
+  auto model = infer_test::stories260k();
+  auto xs = infer_test::stories_xs();
   if (!model || !xs) {
     WARN("SKIPPED: shared models not found");
     return;

@@ -1,0 +1,35 @@
+// The real models of ../shared as tests load them (nullptr when absent).
+#pragma once
+
+#include <memory>
+
+#include "model/llama2c.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace infer_test {
+
+inline std::unique_ptr<infer::Model> stories260k() {
+  const std::string path = shared_file("models/stories260K.gguf");
+  return path.empty() ? nullptr : infer::Model::load(path);
+}
+
+// stories-xs.bin converted from llama2.c's format into a scratch GGUF.
+inline std::unique_ptr<infer::Model> stories_xs() {
+  const std::string ckpt = shared_file("models/stories-xs.bin");
+  const std::string tok = shared_file("models/tok512.bin");
+  if (ckpt.empty() || tok.empty()) return nullptr;
+  const std::string out = temp_dir() + "/stories-xs.gguf";
+  infer::convert_llama2c(ckpt, tok, out);
+  return infer::Model::load(out);
+}
+
+}  // namespace infer_test
+
+// Declares `m` = stories260K, or skips the test case with a message.
+#define NEED_MODEL(m)                                   \
+  auto m = infer_test::stories260k();                   \
+  if (!m) {                                             \
+    WARN("SKIPPED: models/stories260K.gguf not found"); \
+    return;                                             \
+  }
