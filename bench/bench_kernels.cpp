@@ -1,9 +1,19 @@
-// Kernel benchmarks: memory read bandwidth (the decode limit), the f32 dot
-// product, and matmul per weight format at decode (m = 1) and prefill
-// (m = 64) shapes of a TinyLlama-sized layer.
+// Kernel benchmarks: memory read bandwidth (the decode limit), GEMV per
+// weight format over a working set far larger than the caches (so it runs at
+// DRAM speed, as decode does), and GEMM (prefill-sized m) per format.
+//
+//   BM_ReadBandwidth/T      bytes/s of T threads summing a 1 GiB buffer
+//   BM_Gemv/FMT/T           decode-like: y = x·Wᵀ (m = 1) through enough
+//                           2048 x 5632 matrices to fill ~768 MiB of weights;
+//                           bytes_per_second counts weight bytes as stored
+//   BM_Gemm/FMT/M/T         one 5632 x 2048 matrix, m rows: GFLOP/s
+//
+// The ISA is the best the CPU has; INFER_CPU_ISA=avx2 (or scalar) caps it.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -11,6 +21,8 @@
 #include "core/fp16.h"
 #include "core/threadpool.h"
 #include "cpu/kernels.h"
+#include "cpu/matmul.h"
+#include "quant/formats.h"
 
 using namespace infer;
 
@@ -20,7 +32,7 @@ namespace {
 // bytes/s of this loop is the read bandwidth decode is bounded by.
 void BM_ReadBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const size_t n = size_t(256) << 20 >> 2;  // 256 MiB of floats
+  const size_t n = size_t(1024) << 20 >> 2;  // 1 GiB of floats
   std::vector<float> buf(n, 1.0f);
   ThreadPool pool(threads);
   const cpu::Kernels& k = cpu::kernels();
@@ -48,36 +60,109 @@ void BM_DotF32(benchmark::State& state) {
 }
 BENCHMARK(BM_DotF32)->Arg(2048)->Arg(5632);
 
-// y[m][n_out] = x[m][n_in] · Wᵀ for a 2048 x 2048 weight.
-void BM_Matmul(benchmark::State& state, DType type) {
-  const int64_t m = state.range(0), threads = state.range(1);
-  const int64_t n_in = 2048, n_out = 2048;
-  const size_t row_bytes = type == DType::F32 ? n_in * 4 : n_in * 2;
-  std::vector<uint8_t> w(row_bytes * n_out);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
-  for (int64_t i = 0; i < n_in * n_out; ++i) {
-    const float v = u(rng);
-    if (type == DType::F32)
-      std::memcpy(&w[i * 4], &v, 4);
-    else {
-      const uint16_t h = f32_to_fp16(v);
-      std::memcpy(&w[i * 2], &h, 2);
+// One quantized matrix with its own cache (repacked panels live there).
+struct Matrix {
+  DType type;
+  int64_t n_in, n_out;
+  std::vector<uint8_t> bytes;
+  std::vector<float> scale;
+  std::unique_ptr<WeightCache> cache = std::make_unique<WeightCache>();
+  WeightView view() const {
+    WeightView w;
+    w.type = type;
+    w.n_in = n_in;
+    w.n_out = n_out;
+    w.data = bytes.data();
+    w.row_bytes = type == DType::W8A8 ? size_t(n_in) : dtype_row_bytes(type, n_in);
+    w.scale = scale.empty() ? nullptr : scale.data();
+    w.cache = cache.get();
+    return w;
+  }
+};
+
+Matrix make_matrix(DType t, int64_t n_in, int64_t n_out) {
+  Matrix m{t, n_in, n_out};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  const size_t rb = t == DType::W8A8 ? size_t(n_in) : dtype_row_bytes(t, n_in);
+  m.bytes.resize(rb * n_out);
+  if (t == DType::W8A8) m.scale.resize(static_cast<size_t>(n_out));
+  // Quantize a few distinct rows and repeat them (quantizing 10^8 values would dominate the run).
+  const int64_t distinct = std::min<int64_t>(n_out, 64);
+  for (int64_t r = 0; r < n_out; ++r) {
+    if (r < distinct) {
+      for (auto& v : row) v = nd(rng);
+      if (t == DType::W8A8)
+        quantize_row_w8a8(row.data(), reinterpret_cast<int8_t*>(m.bytes.data() + r * rb), &m.scale[r], n_in);
+      else
+        quantize_row(t, row.data(), m.bytes.data() + r * rb, n_in);
+    } else {
+      std::memcpy(m.bytes.data() + r * rb, m.bytes.data() + (r % distinct) * rb, rb);
+      if (t == DType::W8A8) m.scale[r] = m.scale[r % distinct];
     }
   }
-  std::vector<float> x(m * n_in, 0.01f), y(m * n_out);
-  ThreadPool pool(static_cast<int>(threads));
-  auto be = make_cpu_backend(pool);
-  WeightView wv{type, n_in, n_out, w.data(), row_bytes};
+  return m;
+}
+
+// Decode-like GEMV over ~768 MiB of weights.
+void BM_Gemv(benchmark::State& state, DType t) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t n_in = 2048, n_out = 5632;
+  const size_t one = (t == DType::W8A8 ? size_t(n_in) : dtype_row_bytes(t, n_in)) * n_out;
+  const size_t target = size_t(768) << 20;
+  std::vector<Matrix> mats;
+  mats.push_back(make_matrix(t, n_in, n_out));
+  while (mats.size() * one < target) {
+    Matrix c{t, n_in, n_out, mats[0].bytes, mats[0].scale};
+    mats.push_back(std::move(c));
+  }
+  ThreadPool pool(threads);
+  std::vector<float> x(n_in, 0.01f), y(n_out);
+  for (auto& m : mats) cpu::matmul(pool, m.view(), x.data(), 1, y.data());  // repack outside the timing
   for (auto _ : state) {
-    be->matmul(wv, x.data(), m, y.data());
+    for (auto& m : mats) cpu::matmul(pool, m.view(), x.data(), 1, y.data());
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(w.size()));
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n_in * n_out * state.iterations(), benchmark::Counter::kIsRate,
-                                                 benchmark::Counter::kIs1000);
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(one * mats.size()));
 }
-BENCHMARK_CAPTURE(BM_Matmul, f32, DType::F32)->Args({1, 1})->Args({1, 2})->Args({64, 2})->UseRealTime();
-BENCHMARK_CAPTURE(BM_Matmul, f16, DType::F16)->Args({1, 1})->Args({1, 2})->Args({64, 2})->UseRealTime();
+
+void BM_Gemm(benchmark::State& state, DType t) {
+  const int64_t m = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const int64_t n_in = 2048, n_out = 5632;
+  Matrix mat = make_matrix(t, n_in, n_out);
+  ThreadPool pool(threads);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * n_in)), y(static_cast<size_t>(m * n_out));
+  for (auto& v : x) v = nd(rng);
+  cpu::matmul(pool, mat.view(), x.data(), m, y.data());
+  for (auto _ : state) {
+    cpu::matmul(pool, mat.view(), x.data(), m, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n_in * n_out * state.iterations(),
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+#define FORMAT_BENCH(name, type)                                                                      \
+  BENCHMARK_CAPTURE(BM_Gemv, name, type)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime(); \
+  BENCHMARK_CAPTURE(BM_Gemm, name, type)->Args({64, 2})->Args({16, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+FORMAT_BENCH(f32, DType::F32)
+FORMAT_BENCH(f16, DType::F16)
+FORMAT_BENCH(bf16, DType::BF16)
+FORMAT_BENCH(q8_0, DType::Q8_0)
+FORMAT_BENCH(q4_0, DType::Q4_0)
+FORMAT_BENCH(q4_1, DType::Q4_1)
+FORMAT_BENCH(q5_0, DType::Q5_0)
+FORMAT_BENCH(q5_1, DType::Q5_1)
+FORMAT_BENCH(q4_k, DType::Q4_K)
+FORMAT_BENCH(q5_k, DType::Q5_K)
+FORMAT_BENCH(q6_k, DType::Q6_K)
+FORMAT_BENCH(w8a8, DType::W8A8)
+FORMAT_BENCH(int4_g128, DType::INT4_G128)
+FORMAT_BENCH(int4_g32, DType::INT4_G32)
 
 }  // namespace

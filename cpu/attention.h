@@ -13,8 +13,17 @@ class ThreadPool;
 
 namespace infer::cpu {
 
-void kv_write(KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b);
+// Stores the K and V rows of a batch ([n_tokens][kv_dim]) in the cache's
+// element type (int8: Walsh-Hadamard rotated, scale per (token, head)).
+void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b);
+// Causal attention of every token of the batch over its sequence's cached
+// positions (see attention.cpp for the algorithm). Results per (token, head)
+// do not depend on the rest of the batch nor on the number of threads.
 void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,
                float scale, float* out);
+
+// Tests: split every single-token item into this many pieces of chunks (0:
+// decide by the work, the default), to check split and whole items agree.
+void set_attention_split_for_testing(int pieces);
 
 }  // namespace infer::cpu

@@ -11,6 +11,7 @@
 #include "cpu/attention.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
+#include "cpu/ops.h"
 #include "kv/kv_cache.h"
 
 namespace infer {
@@ -19,7 +20,7 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(ThreadPool& pool) : pool_(pool), k_(cpu::kernels()) {}
+  explicit CpuBackend(ThreadPool& pool) : pool_(pool), ok_(cpu::op_kernels()) {}
 
   const char* name() const override { return "cpu"; }
 
@@ -29,60 +30,42 @@ class CpuBackend final : public Backend {
   }
 
   void get_rows(const WeightView& w, const int32_t* ids, int64_t m, float* out) override {
-    for (int64_t i = 0; i < m; ++i) {
-      float* dst = out + i * w.n_in;
-      const float* src = cpu::weight_row_f32(w, ids[i], dst);
-      if (src != dst) std::memcpy(dst, src, sizeof(float) * w.n_in);
-    }
+    pool_.parallel_for(m, std::max<int64_t>(1, kRowsGrain / std::max<int64_t>(1, w.n_in)), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* dst = out + i * w.n_in;
+        const float* src = cpu::weight_row_f32(w, ids[i], dst);
+        if (src != dst) std::memcpy(dst, src, sizeof(float) * w.n_in);
+      }
+    });
   }
 
   void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) override {
-    for (int64_t i = 0; i < m; ++i) {
-      const float* xi = x + i * n;
-      float* yi = y + i * n;
-      float ss = k_.dot_f32(xi, xi, n);
-      const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
-      for (int64_t j = 0; j < n; ++j) yi[j] = weight[j] * (scale * xi[j]);
-    }
+    pool_.parallel_for(m, std::max<int64_t>(1, kRowsGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ok_.rms_norm(x + i * n, weight, n, eps, y + i * n);
+    });
   }
 
   void rope(float* x, int64_t m, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) override {
     const int half = p.n_rot / 2;
-    std::vector<float> cs(static_cast<size_t>(2 * half));
-    for (int64_t t = 0; t < m; ++t) {
-      const float fpos = static_cast<float>(pos[t]) * p.pos_scale;
-      for (int i = 0; i < half; ++i) {
-        const float theta = fpos * p.inv_freq[i];
-        cs[2 * i] = std::cos(theta);
-        cs[2 * i + 1] = std::sin(theta);
-      }
-      for (int h = 0; h < n_heads; ++h) {
-        float* v = x + (t * n_heads + h) * static_cast<int64_t>(head_dim);
-        for (int i = 0; i < half; ++i) {
-          // Pair (a, b) rotates by theta: (a cos - b sin, a sin + b cos).
-          const int ia = p.neox ? i : 2 * i;
-          const int ib = p.neox ? i + half : 2 * i + 1;
-          const float a = v[ia], b = v[ib], c = cs[2 * i], s = cs[2 * i + 1];
-          v[ia] = a * c - b * s;
-          v[ib] = a * s + b * c;
-        }
-      }
-    }
+    const float* cs = rope_table(m, pos, p);
+    const int64_t per_token = static_cast<int64_t>(n_heads) * half;
+    pool_.parallel_for(m, std::max<int64_t>(1, kRowsGrain / std::max<int64_t>(1, per_token)), [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        for (int h = 0; h < n_heads; ++h)
+          ok_.rope(x + (t * n_heads + h) * static_cast<int64_t>(head_dim), cs + t * 2 * half, half, p.neox);
+    });
   }
 
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-g)) * up[i];  // silu(g) * up
-    }
+    pool_.parallel_for(n, kElemGrain, [&](int64_t b, int64_t e) { ok_.swiglu(gate + b, up + b, out + b, e - b); });
   }
 
   void add(float* x, const float* y, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+    pool_.parallel_for(n, 4 * kElemGrain, [&](int64_t b, int64_t e) { ok_.add(x + b, y + b, e - b); });
   }
 
   void kv_write(KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) override {
-    cpu::kv_write(kv, layer, k, v, b);
+    cpu::kv_write(pool_, kv, layer, k, v, b);
   }
 
   void attention(const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head, float scale,
@@ -91,8 +74,47 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Work below these sizes runs on the calling thread: a pool job costs a
+  // microsecond or two. Elementwise kernels take about a nanosecond per
+  // 8 values, so chunks of kElemGrain values take several microseconds.
+  static constexpr int64_t kRowsGrain = 16384;  // values per chunk of row ops
+  static constexpr int64_t kElemGrain = 16384;  // values per chunk of swiglu (add: 4x)
+
+  // cos and sin of every (token, pair) angle, [m][half][2]. A forward pass
+  // rotates Q and K of every layer at the same positions: the table is
+  // computed once and reused while positions and frequencies are unchanged.
+  // theta = (pos * pos_scale) * inv_freq[i] in float, as the references do.
+  const float* rope_table(int64_t m, const int32_t* pos, const RopeParams& p) {
+    const int half = p.n_rot / 2;
+    const bool same = rope_m_ == m && rope_half_ == half && rope_pos_scale_ == p.pos_scale &&
+                      std::equal(pos, pos + m, rope_pos_.begin()) &&
+                      std::equal(p.inv_freq, p.inv_freq + half, rope_freq_.begin());
+    if (same) return rope_cs_.data();
+    rope_m_ = m;
+    rope_half_ = half;
+    rope_pos_scale_ = p.pos_scale;
+    rope_pos_.assign(pos, pos + m);
+    rope_freq_.assign(p.inv_freq, p.inv_freq + half);
+    rope_cs_.resize(static_cast<size_t>(m) * 2 * half);
+    for (int64_t t = 0; t < m; ++t) {
+      const float fpos = static_cast<float>(pos[t]) * p.pos_scale;
+      float* cs = rope_cs_.data() + t * 2 * half;
+      for (int i = 0; i < half; ++i) {
+        const float theta = fpos * p.inv_freq[i];
+        cs[2 * i] = std::cos(theta);
+        cs[2 * i + 1] = std::sin(theta);
+      }
+    }
+    return rope_cs_.data();
+  }
+
   ThreadPool& pool_;
-  const cpu::Kernels& k_;
+  const cpu::OpKernels& ok_;
+  int64_t rope_m_ = -1;
+  int rope_half_ = -1;
+  float rope_pos_scale_ = 0.0f;
+  std::vector<int32_t> rope_pos_;
+  std::vector<float> rope_freq_, rope_cs_;
 };
 
 }  // namespace

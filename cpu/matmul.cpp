@@ -1,10 +1,26 @@
+// The CPU matmul driver: y = x · Wᵀ for weights in their file format.
+//
+// For each call it picks the kernel of the best ISA available for the weight
+// format (cpu/avx512/, cpu/avx2/, else the portable path here), prepares
+// what that kernel works on (int8 activation blocks; repacked weight panels,
+// made once per weight and kept in its WeightCache), and splits the output
+// columns over the pool in chunks of whole 16-row panels that threads claim
+// one after another (so a descheduled thread's share is taken by the
+// others). Each thread writes only its own columns of y; every weight row is
+// read once per call, whatever m is: kernels walk the rows of x inside a
+// panel while it is hot in cache.
 #include "cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "core/threadpool.h"
 #include "cpu/kernels.h"
+#include "cpu/onednn_matmul.h"
+#include "cpu/qmatmul.h"
 #include "quant/dequant.h"
 
 namespace infer::cpu {
@@ -17,30 +33,162 @@ const float* weight_row_f32(const WeightView& w, int64_t r, float* buf) {
     case DType::F16:
       kernels().f16_to_f32(reinterpret_cast<const uint16_t*>(src), buf, w.n_in);
       return buf;
+    case DType::W8A8: {
+      if (!w.scale) raise(Status::InvalidArgument, "w8a8 weight without scales");
+      const float s = w.scale[r];
+      const int8_t* q = reinterpret_cast<const int8_t*>(src);
+      for (int64_t i = 0; i < w.n_in; ++i) buf[i] = static_cast<float>(q[i]) * s;
+      return buf;
+    }
     default:
       dequantize_row(w.type, src, buf, w.n_in);
       return buf;
   }
 }
 
-// Generic path for every format: each thread converts its weight rows to f32
-// one at a time (into a row-sized buffer) and takes the dot product with all
-// m activation rows. Formats with dedicated kernels come in their own files.
+namespace {
+
+// ---- the portable path: each weight row converted to f32 once, then dotted
+// with every row of x --------------------------------------------------------------------
+
+void tile_scalar(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const WeightView& w = *a.w;
+  const Kernels& k = scalar_kernels();
+  thread_local std::vector<float> buf;
+  if (static_cast<int64_t>(buf.size()) < w.n_in) buf.resize(static_cast<size_t>(w.n_in));
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* wr = weight_row_f32(w, r, buf.data());
+    for (int64_t i = 0; i < a.m; ++i) a.y[i * w.n_out + r] = k.dot_f32(a.x + i * w.n_in, wr, w.n_in);
+  }
+}
+
+FormatKernel pick_kernel(Isa isa, DType t, int64_t m) {
+  if (isa >= Isa::Avx512) {
+    FormatKernel k = avx512_format_kernel(t, m);
+    if (k.tile) return k;
+  }
+  if (isa >= Isa::Avx2) {
+    FormatKernel k = avx2_format_kernel(t, m);
+    if (k.tile) return k;
+  }
+  FormatKernel k;
+  k.tile = tile_scalar;
+  return k;
+}
+
+// Scratch for int8 activations, reused across calls by the calling thread.
+struct ActScratch {
+  std::vector<int8_t> q;
+  std::vector<uint8_t> u;
+  std::vector<float> d, xs;
+};
+
+const char kPanelsKey = 0;  // WeightCache tag of the panels
+
+}  // namespace
+
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {
-  const int64_t n_in = w.n_in, n_out = w.n_out;
-  const Kernels& k = kernels();
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_in * m));
-  pool.run([&](int tid, int nth) {
-    const int64_t chunks = (n_out + grain - 1) / grain;
-    const int64_t c0 = chunks * tid / nth, c1 = chunks * (tid + 1) / nth;
-    if (c0 >= c1) return;
-    thread_local std::vector<float> buf;
-    if (static_cast<int64_t>(buf.size()) < n_in) buf.resize(static_cast<size_t>(n_in));
-    for (int64_t r = c0 * grain; r < std::min(n_out, c1 * grain); ++r) {
-      const float* wr = weight_row_f32(w, r, buf.data());
-      for (int64_t i = 0; i < m; ++i) y[i * n_out + r] = k.dot_f32(x + i * n_in, wr, n_in);
+  if (m <= 0 || w.n_out <= 0) return;
+  const Isa isa = active_isa();
+  if (isa >= Isa::Avx2 && onednn_preferred(w.type, m, w.n_in, w.n_out) && onednn_matmul(w, x, m, y, pool.size()))
+    return;
+  const FormatKernel k = pick_kernel(isa, w.type, m);
+
+  MatmulArgs args;
+  args.w = &w;
+  args.x = x;
+  args.y = y;
+  args.m = m;
+
+  // Repacked weights: kept with the weight when it has a cache, else made
+  // for this call only.
+  std::shared_ptr<Panels> temp_panels;
+  if (k.panels) {
+    if (w.cache) {
+      args.panels = w.cache->get<Panels>(&kPanelsKey, [&] { return pack_panels(w, &pool); });
+    } else {
+      temp_panels = pack_panels(w, &pool);
+      args.panels = temp_panels.get();
     }
-  });
+  }
+
+  // int8 activations, per 32-value block or per row.
+  QActs qa;
+  thread_local ActScratch tls_scratch;
+  ActScratch& scratch = tls_scratch;  // the caller's (workers below must not see their own)
+  if (k.act_block != 0) {
+    qa.m = m;
+    qa.n_pad = (w.n_in + 31) / 32 * 32;
+    qa.block = k.act_block > 0 ? k.act_block : qa.n_pad;
+    qa.nb = qa.n_pad / qa.block;
+    scratch.q.resize(static_cast<size_t>(m * qa.n_pad));
+    scratch.d.resize(static_cast<size_t>(m * qa.nb));
+    scratch.xs.resize(static_cast<size_t>(m * qa.nb));
+    if (k.act_u8) scratch.u.resize(static_cast<size_t>(m * qa.n_pad));
+    qa.q = scratch.q.data();
+    qa.u = k.act_u8 ? scratch.u.data() : nullptr;
+    qa.d = scratch.d.data();
+    qa.xs = scratch.xs.data();
+    const QuantizeActsFn quant = isa >= Isa::Avx2 ? quantize_acts_avx2 : quantize_acts_scalar;
+    auto rows = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        quant(x + i * w.n_in, w.n_in, qa.n_pad, qa.block, scratch.q.data() + i * qa.n_pad,
+              k.act_u8 ? scratch.u.data() + i * qa.n_pad : nullptr, scratch.d.data() + i * qa.nb,
+              scratch.xs.data() + i * qa.nb);
+    };
+    if (m >= 8 && pool.size() > 1) {
+      pool.run([&](int tid, int nth) { rows(m * tid / nth, m * (tid + 1) / nth); });
+    } else {
+      rows(0, m);
+    }
+    args.qa = &qa;
+  }
+
+  // Output columns in chunks of whole panels, claimed dynamically: about
+  // four chunks per thread, so uneven progress evens out.
+  const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
+  const int nth = pool.size();
+  const int64_t chunk = std::max<int64_t>(1, n_panels / (4 * nth));
+  const int64_t n_chunks = (n_panels + chunk - 1) / chunk;
+  std::atomic<int64_t> next{0};
+  auto work = [&](int, int) {
+    for (;;) {
+      const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= n_chunks) return;
+      const int64_t r0 = c * chunk * kPanelRows;
+      const int64_t r1 = std::min(w.n_out, (c + 1) * chunk * kPanelRows);
+      k.tile(args, r0, r1);
+    }
+  };
+  if (n_chunks == 1 || nth == 1) {
+    work(0, 1);
+  } else {
+    pool.run(work);
+  }
+}
+
+}  // namespace infer::cpu
+
+namespace infer::cpu {
+
+// The reference activation quantizer: per block, d = max|x| / 127 and
+// q = round(x / d) (the SIMD versions compute the same values).
+void quantize_acts_scalar(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
+                          float* xs) {
+  for (int64_t b0 = 0, bi = 0; b0 < n_pad; b0 += block, ++bi) {
+    float amax = 0;
+    for (int64_t k = b0; k < std::min(n, b0 + block); ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float id = amax > 0 ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int64_t k = b0; k < b0 + block; ++k) {
+      const int v = k < n ? static_cast<int>(std::nearbyint(x[k] * id)) : 0;
+      q[k] = static_cast<int8_t>(v);
+      if (u) u[k] = static_cast<uint8_t>(v + 128);
+      sum += v;
+    }
+    d[bi] = amax / 127.0f;
+    xs[bi] = d[bi] * static_cast<float>(sum);
+  }
 }
 
 }  // namespace infer::cpu

@@ -1,4 +1,6 @@
 // Matrix multiplication against weights in their file format: y = x · Wᵀ.
+// Kernels per ISA (cpu/avx512/, cpu/avx2/, portable fallback), chosen at
+// run time (cpu/isa.h); the internals are in cpu/qmatmul.h.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +14,11 @@ class ThreadPool;
 namespace infer::cpu {
 
 // y[m][w.n_out] = x[m][w.n_in] · Wᵀ, split over the pool's threads by
-// output rows. Every weight row is read once per call whatever m is.
+// output columns. Every weight row is read once per call whatever m is.
+// Quantized formats use int8 activations quantized per 32-value block (per
+// row for W8A8) and integer dot products; some formats are repacked into
+// interleaved panels on first use and kept in w.cache (made per call when
+// w.cache is null).
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y);
 
 // Row r of w as f32: a pointer into the weights for f32, otherwise the row

@@ -381,22 +381,22 @@ TEST_CASE("bpe: added tokens, parse_special and strip rules", "[tokenizer][bpe]"
                      {{"<|im_start|>", TokenType::Control},
                       {"<|im_end|>", TokenType::Control},
                       {"<tool>", TokenType::UserDefined},
-                      {"\xC3\xB8", TokenType::UserDefined}});  // a raw "ø" added token
+                      {"\xE4\xB8\x96\xE7\x95\x8C", TokenType::UserDefined}});  // raw "世界"
   b.vocab.eos = b.id("<|im_end|>");
   auto tok = Tokenizer::create(b.vocab);
   const int32_t start = b.id("<|im_start|>"), end = b.id("<|im_end|>"), tool = b.id("<tool>");
-  const int32_t oslash = b.id("\xC3\xB8");
+  const int32_t world = b.id("\xE4\xB8\x96\xE7\x95\x8C");
   // User-defined tokens are always whole, control tokens only when asked.
   CHECK(tok->encode("ab<tool>ab", false) == Ids{b.id("ab"), tool, b.id("ab")});
   CHECK(tok->encode("<|im_start|>ab<|im_end|>", false, true) == Ids{start, b.id("ab"), end});
   const Ids plain = tok->encode("<|im_start|>ab", false, false);
   CHECK(std::find(plain.begin(), plain.end(), start) == plain.end());
   CHECK(tok->decode(plain) == "<|im_start|>ab");
-  CHECK(tok->encode("x\xC3\xB8y", false) == Ids{b.id("x"), oslash, b.id("y")});
+  CHECK(tok->encode("x\xE4\xB8\x96\xE7\x95\x8Cy", false) == Ids{b.id("x"), world, b.id("y")});
   // Decoding: control tokens only when rendered, added tokens as raw text.
   CHECK(tok->decode({start, b.id("ab"), end}) == "ab");
   CHECK(tok->decode({start, b.id("ab"), end}, true) == "<|im_start|>ab<|im_end|>");
-  CHECK(tok->decode({oslash, tool}) == "\xC3\xB8<tool>");
+  CHECK(tok->decode({world, tool}) == "\xE4\xB8\x96\xE7\x95\x8C<tool>");
   CHECK(tok->is_eog(end));
   CHECK(!tok->is_eog(start));
 
@@ -503,4 +503,33 @@ TEST_CASE("bpe: vocabulary metadata", "[tokenizer][bpe]") {
   // Bad ids are refused by token_to_piece.
   CHECK(status_of([&] { t->token_to_piece(100000); }) == Status::InvalidArgument);
   CHECK(status_of([&] { t->token_to_piece(-1); }) == Status::InvalidArgument);
+}
+
+TEST_CASE("bpe: pre-tokenizers handle long runs without failing", "[tokenizer][bpe]") {
+  // Long runs of one character class stress regex backtracking and the JIT
+  // stack; every family must split them completely.
+  std::vector<std::string> inputs = {std::string(1 << 16, 'a'), std::string(1 << 16, ' '),
+                                     std::string(1 << 16, '7'), std::string(1 << 16, '!'),
+                                     std::string(1 << 16, '\n'), std::string(1 << 16, '\xFF')};
+  std::string cjk, mix;
+  while (cjk.size() < (1 << 16)) cjk += "\xE4\xB8\x96";
+  while (mix.size() < (1 << 16)) mix += "  \n\tAb'S 12 ";
+  inputs.push_back(cjk);
+  inputs.push_back(mix);
+  std::vector<std::string> done;
+  for (const std::string& name : PreTokenizer::names()) {
+    PreTokenizerInfo info;
+    REQUIRE(PreTokenizer::lookup(name, &info));
+    if (std::find(done.begin(), done.end(), info.family) != done.end()) continue;
+    done.push_back(info.family);
+    const auto pre = PreTokenizer::create(name);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      INFO(name << " input " << i);
+      std::vector<PreTokenizer::Span> spans;
+      REQUIRE_NOTHROW(pre->split(inputs[i], spans));
+      size_t covered = 0;
+      for (const auto& s : spans) covered += s.second;
+      CHECK(covered == inputs[i].size());
+    }
+  }
 }

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <limits>
 
+#include <malloc.h>
+
 #include "core/error.h"
 #include "model/gguf.h"
 #include "test_util.h"
@@ -203,11 +205,13 @@ TEST_CASE("gguf: writer output reads back identically", "[gguf]") {
     const GgufValue* nested = f->find("test.nested");
     REQUIRE(nested);
     CHECK(nested->elem == GgufType::Array);
-    REQUIRE(nested->array.size() == 3);
-    CHECK(nested->array[0].elem == GgufType::U16);
-    CHECK(nested->array[0].array[1].u == 2);
-    CHECK(nested->array[2].array.empty());
-    CHECK(f->find("test.nested_strings")->array[0].array[1].s == "yy");
+    REQUIRE(nested->size() == 3);
+    CHECK(nested->at(0).elem == GgufType::U16);
+    CHECK(nested->at(0).at(1).u == 2);
+    CHECK(nested->at(0).int_at(1) == 2);
+    CHECK(nested->at(2).empty());
+    CHECK(f->find("test.nested_strings")->at(0).string_at(1) == "yy");
+    CHECK(f->find("test.nested_strings")->at(0).at(1).s == "yy");
 
     REQUIRE(f->tensors().size() == 4);
     const GgufTensorInfo* q4 = f->find_tensor("tensor.q4");
@@ -296,7 +300,7 @@ TEST_CASE("gguf: typed getters", "[gguf]") {
   REQUIRE(fl.size() == 3);
   CHECK(std::signbit(fl[1]));
   CHECK(std::isnan(fl[2]));
-  CHECK(f->get_array("test.nested")->array.size() == 3);
+  CHECK(f->get_array("test.nested")->size() == 3);
   CHECK(f->get_array("nope") == nullptr);
 
   CHECK(status([&] { f->get_string("test.u32"); }) == Status::Format);
@@ -519,6 +523,154 @@ TEST_CASE("gguf: deeply nested arrays are refused, not recursed into", "[gguf]")
   put64(1);
   put32(7);
   expect_error(b, Status::Format, "nested");
+}
+
+namespace {
+
+// A file of one metadata pair `key` holding an array whose header (element
+// type, count) and element bytes are given.
+std::vector<uint8_t> one_array_file(GgufType elem, uint64_t count, size_t body_bytes, uint8_t fill = 0) {
+  std::vector<uint8_t> b = {'G', 'G', 'U', 'F'};
+  auto put32 = [&](uint32_t v) { b.insert(b.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4); };
+  auto put64 = [&](uint64_t v) { b.insert(b.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 8); };
+  put32(3);
+  put64(0);  // tensors
+  put64(1);  // kv
+  put64(3);
+  b.insert(b.end(), {'b', 'i', 'g'});
+  put32(static_cast<uint32_t>(GgufType::Array));
+  put32(static_cast<uint32_t>(elem));
+  put64(count);
+  b.resize(b.size() + body_bytes, fill);
+  return b;
+}
+
+template <typename F>
+Status status_of(F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.status();
+  }
+  return Status::Ok;
+}
+
+// Bytes in use on the heap (glibc), or -1 where allocations are intercepted.
+long long heap_in_use() {
+#if defined(__SANITIZE_ADDRESS__)
+  return -1;
+#endif
+#if defined(__clang__) && defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return -1;
+#endif
+#endif
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 mi = mallinfo2();
+  return static_cast<long long>(mi.uordblks + mi.hblkhd);
+#else
+  return -1;
+#endif
+}
+
+}  // namespace
+
+TEST_CASE("gguf: huge arrays cost about their file bytes in memory", "[gguf]") {
+  // 50M u8 elements: 50 MB of file must not become gigabytes of values.
+  const uint64_t n = 50'000'000;
+  const std::vector<uint8_t> b = one_array_file(GgufType::U8, n, n, 7);
+  const long long before = heap_in_use();
+  const auto f = parse(b);
+  const long long after = heap_in_use();
+  const GgufValue* v = f->find("big");
+  REQUIRE(v);
+  CHECK(v->elem == GgufType::U8);
+  REQUIRE(v->size() == n);
+  CHECK(v->at(n - 1).u == 7);
+  CHECK(v->int_at(12345) == 7);
+  CHECK(v->raw()[n / 2] == 7);
+  CHECK(v->memory_bytes() < n + 4096);
+  if (before >= 0 && after >= 0) {
+    INFO("heap growth " << (after - before) << " bytes");
+    CHECK(after - before < static_cast<long long>(n + (8 << 20)));
+  }
+  // Writing it back streams the same bytes.
+  GgufWriter w;
+  w.set("big", *v);
+  CHECK(w.to_bytes() == b);
+
+  // 5M empty strings: 8 bytes each in the file, 8 bytes each in memory.
+  const uint64_t ns = 5'000'000;
+  const auto g = parse(one_array_file(GgufType::String, ns, ns * 8));
+  const GgufValue* sv = g->find("big");
+  REQUIRE(sv->size() == ns);
+  CHECK(sv->string_at(ns - 1).empty());
+  CHECK(sv->memory_bytes() < ns * 8 + 4096);
+
+  // Nested empty arrays cost far more in memory than their 12 file bytes:
+  // millions of them are refused before they are allocated.
+  const uint64_t nn = 4'000'000;
+  std::vector<uint8_t> nb = one_array_file(GgufType::Array, nn, 0);
+  for (uint64_t k = 0; k < nn; ++k) {
+    const uint32_t elem = static_cast<uint32_t>(GgufType::U8);
+    const uint64_t zero = 0;
+    nb.insert(nb.end(), reinterpret_cast<const uint8_t*>(&elem), reinterpret_cast<const uint8_t*>(&elem) + 4);
+    nb.insert(nb.end(), reinterpret_cast<const uint8_t*>(&zero), reinterpret_cast<const uint8_t*>(&zero) + 8);
+  }
+  expect_error(nb, Status::Format, "memory");
+  // A few thousand are fine.
+  std::vector<uint8_t> few = one_array_file(GgufType::Array, 3000, 0);
+  for (int k = 0; k < 3000; ++k) {
+    const uint32_t elem = static_cast<uint32_t>(GgufType::U8);
+    const uint64_t zero = 0;
+    few.insert(few.end(), reinterpret_cast<const uint8_t*>(&elem), reinterpret_cast<const uint8_t*>(&elem) + 4);
+    few.insert(few.end(), reinterpret_cast<const uint8_t*>(&zero), reinterpret_cast<const uint8_t*>(&zero) + 8);
+  }
+  CHECK(parse(few)->find("big")->size() == 3000);
+}
+
+TEST_CASE("gguf: compact arrays keep values exactly", "[gguf]") {
+  // Every element type through make_array, the writer and the reader.
+  GgufWriter w;
+  w.set("u8", GgufValue::make_array(GgufType::U8, {scalar_u(GgufType::U8, 0), scalar_u(GgufType::U8, 255)}));
+  w.set("i16", GgufValue::make_array(GgufType::I16, {scalar_i(GgufType::I16, -32768), scalar_i(GgufType::I16, 7)}));
+  w.set("u64", GgufValue::make_array(GgufType::U64, {GgufValue::make_u64(~0ull)}));
+  w.set("f64", GgufValue::make_array(GgufType::F64, {scalar_f(GgufType::F64, -0.0), scalar_f(GgufType::F64, 1e300)}));
+  w.set("bool", GgufValue::make_array(GgufType::Bool, {GgufValue::make_bool(true), GgufValue::make_bool(false)}));
+  w.set("str", GgufValue::make_array(GgufType::String, {GgufValue::make_string("a\0b"), GgufValue::make_string("")}));
+  const auto bytes = w.to_bytes();
+  const auto f = parse(bytes);
+  CHECK(f->find("u8")->at(1).u == 255);
+  CHECK(f->get_int_array("u8") == std::vector<int64_t>{0, 255});
+  CHECK(f->get_int_array("i16") == std::vector<int64_t>{-32768, 7});
+  CHECK(f->find("u64")->at(0).u == ~0ull);
+  CHECK(status_of([&] { f->get_int_array("u64"); }) == Status::Format);  // does not fit in int64
+  CHECK(std::signbit(f->find("f64")->float_at(0)));
+  CHECK(f->get_f32_array("i16") == std::vector<float>{-32768.0f, 7.0f});
+  CHECK(f->find("bool")->int_at(0) == 1);
+  CHECK(f->get_string_array("str") == std::vector<std::string>{"a\0b", ""});
+  for (const auto& [key, value] : f->metadata()) {
+    INFO(key);
+    CHECK(value == *f->find(key));
+  }
+  // Values and their parsed copies compare equal, built either way.
+  CHECK(*f->find("u8") == GgufValue::make_raw_array(GgufType::U8, {0, 255}));
+  CHECK(!(*f->find("u8") == GgufValue::make_raw_array(GgufType::U8, {0, 254})));
+  CHECK(*f->find("str") == GgufValue::make_string_array({"a\0b", ""}));
+  CHECK(status_of([] { GgufValue::make_raw_array(GgufType::U16, {1, 2, 3}); }) == Status::InvalidArgument);
+  CHECK(status_of([] { GgufValue::make_raw_array(GgufType::Bool, {2}); }) == Status::InvalidArgument);
+  CHECK(status_of([] { GgufValue::make_raw_array(GgufType::String, {}); }) == Status::InvalidArgument);
+  CHECK(status_of([&] { f->find("u8")->at(2); }) == Status::InvalidArgument);
+  // Bad elements are kept as given and refused by the writer.
+  GgufWriter bad;
+  bad.set("k", GgufValue::make_array(GgufType::String, {GgufValue::make_string("x"), GgufValue::make_u32(1)}));
+  CHECK(status_of([&] { bad.to_bytes(); }) == Status::InvalidArgument);
+  bad.set("k", GgufValue::make_array(GgufType::U8, {scalar_u(GgufType::U8, 256)}));
+  CHECK(status_of([&] { bad.to_bytes(); }) == Status::InvalidArgument);
+  // A bool array element that is neither 0 nor 1 is a format error.
+  std::vector<uint8_t> bb = one_array_file(GgufType::Bool, 3, 3, 1);
+  bb.back() = 2;
+  expect_error(bb, Status::Format, "neither 0 nor 1");
 }
 
 TEST_CASE("gguf: alignment errors", "[gguf]") {

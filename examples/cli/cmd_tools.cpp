@@ -1,3 +1,5 @@
+#include <memory>
+
 #include "cli.h"
 
 namespace cli {
@@ -6,22 +8,35 @@ namespace {
 // ---- perplexity ----
 
 int cmd_perplexity(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-m", "--model", "-f", "--file", "--ctx", "-c", "-t", "--threads"}, {"--json"});
+  Args a(argc, argv, 2, {"-m", "--model", "-f", "--file", "--ctx", "-c", "-t", "--threads", "--base"}, {"--json"});
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
   if (!a.has("-f") && !a.has("--file")) throw UsageError{"perplexity needs -f TEXT_FILE"};
   const std::string text = read_file(a.get2("-f", "--file"));
   Model model(model_path(a));
+  std::unique_ptr<Model> base;
+  if (a.has("--base")) base = std::make_unique<Model>(a.get("--base"));
+  infer_perplexity_params pp;
+  infer_perplexity_params_init(&pp);
+  pp.n_ctx = static_cast<int32_t>(a.get_int("--ctx", "-c", 0, 0, 1 << 20));
+  pp.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
+  pp.base = base ? base->m : nullptr;
   infer_perplexity_result r;
   std::memset(&r, 0, sizeof r);
   r.struct_size = sizeof r;
-  check(infer_perplexity(model.m, text.c_str(), static_cast<int32_t>(a.get_int("--ctx", "-c", 0, 0, 1 << 20)),
-                         static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024)), &r),
-        "computing perplexity");
-  if (a.flag("--json"))
-    std::printf("{\"perplexity\": %s, \"nll\": %s, \"n_tokens\": %lld, \"n_chunks\": %d}\n", num(r.perplexity).c_str(),
+  check(infer_perplexity_ex(model.m, text.c_str(), &pp, &r), "computing perplexity");
+  if (a.flag("--json")) {
+    std::printf("{\"perplexity\": %s, \"nll\": %s, \"n_tokens\": %lld, \"n_chunks\": %d", num(r.perplexity).c_str(),
                 num(r.nll).c_str(), (long long)r.n_tokens, r.n_chunks);
-  else
+    if (base)
+      std::printf(", \"kl_divergence\": %s, \"top1_agreement\": %s, \"base_perplexity\": %s",
+                  num(r.kl_divergence).c_str(), num(r.top1_agreement).c_str(), num(r.base_perplexity).c_str());
+    std::printf("}\n");
+  } else {
     std::printf("perplexity %.4f over %lld tokens (%d windows)\n", r.perplexity, (long long)r.n_tokens, r.n_chunks);
+    if (base)
+      std::printf("vs base: KL divergence %.6f nats/token, top-1 agreement %.2f%%, base perplexity %.4f\n",
+                  r.kl_divergence, 100.0 * r.top1_agreement, r.base_perplexity);
+  }
   return 0;
 }
 
@@ -90,7 +105,7 @@ int cmd_convert(int argc, char** argv) {
   return 0;
 }
 
-const Register kPerplexity{{"perplexity", "-m MODEL -f TEXT [--ctx N] [-t N] [--json]", cmd_perplexity}};
+const Register kPerplexity{{"perplexity", "-m MODEL -f TEXT [--ctx N] [-t N] [--base MODEL] [--json]", cmd_perplexity}};
 const Register kBench{{"bench", "prefill and decode speed: -m MODEL [-p 64] [-n 32] [-t 2] [-r 3] [--batch 1,4,16]\n"
                                "              [--kv-type T] [--kv-budget-mb N] [--kv-block N] [--no-prefix-cache] [--json]", cmd_bench}};
 const Register kConvert{{"convert", "llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf", cmd_convert}};

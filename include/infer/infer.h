@@ -511,6 +511,96 @@ INFER_API infer_status infer_chat_apply_template(const infer_model *model, const
  * or for an unknown name. Static strings. */
 INFER_API const char *infer_chat_template_stop(const char *template_name, int32_t index);
 
+/* ---- quantization ------------------------------------------------------------------------ */
+
+/* Weight formats, by name (infer_quantize_params.type, infer_synth_params.type):
+ *   GGUF standard: "f32" "f16" "bf16" "q8_0" "q4_0" "q4_1" "q5_0" "q5_1" "q4_k" "q5_k" "q6_k"
+ *   libinfer's own (other GGUF readers refuse them with an unknown-type error):
+ *   "w8a8"  per-output-channel symmetric int8 weights (tensor type 1008, row
+ *           scales in the f32 tensor "<name>.scale"); activations quantized
+ *           per token to int8 at run time.
+ *   "int4"  W4A16: group-wise asymmetric 4-bit weights with f16 scales and
+ *           4-bit zero points; group 32, 64 or 128 (tensor types 1032, 1064,
+ *           1128). Also "int4_g32", "int4_g64", "int4_g128".
+ * Files using them carry the metadata keys infer.quant.version (1),
+ * infer.quant.type ("w8a8" | "int4"), infer.quant.group_size and
+ * infer.quant.method ("rtn" | "gptq" | "awq"). */
+
+typedef enum infer_quant_method {
+  INFER_QUANT_RTN = 0,  /* round to nearest, block by block */
+  INFER_QUANT_GPTQ = 1, /* Hessian-aware error feedback from calibration text */
+  INFER_QUANT_AWQ = 2   /* activation-aware channel scaling and clipping from calibration text */
+} infer_quant_method;
+
+/* Progress of a long operation: fraction in [0, 1] and what it is working on. */
+typedef void (*infer_progress_fn)(double fraction, const char *what, void *user);
+/* A note for the user (e.g. which tensors fell back to another type). */
+typedef void (*infer_note_fn)(const char *message, void *user);
+
+typedef struct infer_quantize_params {
+  uint32_t struct_size;
+  const char *type;            /* format name (see above); default "q4_0" */
+  int32_t group_size;          /* "int4": 32, 64 or 128; default 128 */
+  infer_quant_method method;   /* default INFER_QUANT_RTN. GPTQ/AWQ need a format with one grid
+                                  per block: q8_0, q4_0, q4_1, q5_0, q5_1, int4 */
+  const char *calib_text;      /* GPTQ/AWQ: calibration text, UTF-8 (required for them) */
+  int32_t n_threads;           /* 0: all cores */
+  int32_t calib_ctx;           /* tokens per calibration window; default 256 */
+  int32_t max_calib_tokens;    /* default 8192 */
+  float gptq_damp;             /* fraction of the mean Hessian diagonal added to it; default 0.01 */
+  int32_t act_order;           /* GPTQ: 1 = columns in order of decreasing Hessian diagonal */
+  infer_progress_fn progress;  /* may be NULL */
+  void *progress_user;
+  infer_note_fn note;          /* may be NULL */
+  void *note_user;
+} infer_quantize_params;
+
+INFER_API void infer_quantize_params_init(infer_quantize_params *params);
+
+typedef struct infer_quantize_result {
+  uint32_t struct_size;
+  int64_t n_tensors;    /* tensors written */
+  int64_t n_quantized;  /* weight matrices converted */
+  int64_t n_fallback;   /* of those, written in another type because their rows do not fit the blocks */
+  uint64_t bytes_in;    /* tensor bytes read */
+  uint64_t bytes_out;   /* tensor bytes written */
+} infer_quantize_result;
+
+/* Reads the GGUF model at in_path and writes it to out_path (atomically:
+ * a temporary file renamed into place) with its weight matrices
+ * (token_embd, output, attention and feed-forward) in params->type; norms
+ * and other tensors are copied. A matrix whose rows the format's block does
+ * not divide falls back to a format that fits (k-quants to 32-value formats,
+ * int4 to smaller groups, then f16) and params->note says which. result may
+ * be NULL. GPTQ/AWQ support llama-architecture models. */
+INFER_API infer_status infer_quantize(const char *in_path, const char *out_path,
+                                      const infer_quantize_params *params, infer_quantize_result *result);
+
+typedef struct infer_synth_params {
+  uint32_t struct_size;
+  const char *preset;          /* "tinyllama-1.1b", "llama-2-7b", "llama-3-8b", "qwen2-0.5b", "tiny" */
+  const char *type;            /* weight format name; default "f16" */
+  int32_t group_size;          /* "int4": 32, 64 or 128; default 128 */
+  uint64_t seed;               /* default 1 */
+  int32_t n_threads;           /* 0: all cores */
+  infer_progress_fn progress;  /* may be NULL */
+  void *progress_user;
+  infer_note_fn note;          /* may be NULL */
+  void *note_user;
+} infer_synth_params;
+
+INFER_API void infer_synth_params_init(infer_synth_params *params);
+
+/* Writes a random-weight model with the exact shapes of a real one (for
+ * speed measurements without downloading weights), streaming tensor by
+ * tensor so even 7B/8B presets need little memory. *file_bytes (may be NULL)
+ * receives the file size. The "qwen2-0.5b" preset is written with the
+ * qwen2 architecture, which this build does not run yet. */
+INFER_API infer_status infer_synth(const char *out_path, const infer_synth_params *params, uint64_t *file_bytes);
+
+/* Name of synth preset `index` (0, 1, ...), NULL past the last. Static strings. */
+INFER_API const char *infer_synth_preset_name(int32_t index);
+
 /* ---- tools (what the infer CLI does, for every language) ----------------------------------- */
 
 /* Converts a llama2.c checkpoint (legacy format) and its tokenizer.bin into a
@@ -524,6 +614,10 @@ typedef struct infer_perplexity_result {
   double nll;          /* mean negative log-likelihood (nats per token) */
   int64_t n_tokens;    /* tokens scored */
   int32_t n_chunks;
+  /* Filled by infer_perplexity_ex with a base model (0 otherwise): */
+  double kl_divergence;   /* mean KL(base || model) of the next-token distributions, nats */
+  double top1_agreement;  /* fraction of positions where both models' most likely token agree */
+  double base_perplexity; /* the base model's perplexity on the same tokens */
 } infer_perplexity_result;
 
 /* Perplexity of text over non-overlapping windows of n_ctx tokens (each
@@ -531,6 +625,22 @@ typedef struct infer_perplexity_result {
  * all cores. */
 INFER_API infer_status infer_perplexity(infer_model *model, const char *text, int32_t n_ctx,
                                         int32_t n_threads, infer_perplexity_result *result);
+
+typedef struct infer_perplexity_params {
+  uint32_t struct_size;
+  int32_t n_ctx;         /* window; 0 = the model's context, capped at 512 */
+  int32_t n_threads;     /* 0: all cores */
+  infer_model *base;     /* NULL, or a model with the same vocabulary to compare with (e.g. the
+                            unquantized original): fills kl_divergence, top1_agreement and
+                            base_perplexity. The text is tokenized by `model`. */
+} infer_perplexity_params;
+
+INFER_API void infer_perplexity_params_init(infer_perplexity_params *params);
+
+/* infer_perplexity with parameters, and optionally the comparison with a base model. */
+INFER_API infer_status infer_perplexity_ex(infer_model *model, const char *text,
+                                           const infer_perplexity_params *params,
+                                           infer_perplexity_result *result);
 
 typedef struct infer_bench_params {
   uint32_t struct_size;

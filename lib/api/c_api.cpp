@@ -143,9 +143,9 @@ std::string render_value(const infer::GgufValue& v) {
       return std::to_string(v.i);
     case GgufType::Array: {
       std::string s = "[";
-      for (size_t i = 0; i < v.array.size(); ++i) {
+      for (size_t i = 0; i < v.size(); ++i) {
         if (i) s += ", ";
-        s += render_value(v.array[i]);
+        s += render_value(v.at(i));
       }
       return s + "]";
     }

@@ -9,6 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -17,12 +20,41 @@ namespace infer {
 class KvCache;
 class ThreadPool;
 
+// Copies of one weight that backends make for themselves on first use
+// (e.g. the CPU backend's interleaved row tiles), owned by the model next to
+// the weight so they live exactly as long as it. Thread-safe: engines on
+// many threads may share a model. The mmapped file itself is never written.
+class WeightCache {
+ public:
+  // The copy stored under `key` (one tag per backend / layout), built by
+  // make() the first time it is asked for. make returns shared_ptr<T>.
+  template <typename T, typename Make>
+  const T* get(const void* key, Make&& make) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : entries_)
+      if (e.first == key) return static_cast<const T*>(e.second.get());
+    std::shared_ptr<T> made = make();
+    const T* p = made.get();
+    entries_.emplace_back(key, std::shared_ptr<const void>(std::move(made)));
+    return p;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<const void*, std::shared_ptr<const void>>> entries_;
+};
+
 struct WeightView {
   DType type = DType::F32;
   int64_t n_in = 0;   // values per row (the reduction dimension)
   int64_t n_out = 0;  // rows
   const uint8_t* data = nullptr;
   size_t row_bytes = 0;
+  // W8A8: the per-row scales (n_out floats) that go with the int8 rows.
+  const float* scale = nullptr;
+  // Where backends keep repacked copies; nullptr: repack on every call or
+  // not at all (tests and benchmarks that bind raw buffers).
+  WeightCache* cache = nullptr;
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
 };
 

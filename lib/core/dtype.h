@@ -30,6 +30,25 @@ enum class DType : uint32_t {
   I64 = 27,
   F64 = 28,
   BF16 = 30,
+
+  // ---- libinfer's own weight formats (not part of ggml's numbering) --------------
+  // Ids are far above ggml's range, so a GGUF reader that does not know them
+  // stops with "unknown tensor type" instead of misreading the bytes. Files
+  // that use them carry the metadata keys listed in lib/quant/formats.h
+  // ("infer.quant.*").
+  //
+  // W8A8: per-output-channel symmetric int8 weights. The tensor holds the
+  //   int8 values only (n_in bytes per row); the per-row f32 scales are the
+  //   companion tensor "<name>.scale" (F32, n_out values): w = q * scale[row].
+  //   Activations are quantized per token to int8 at run time.
+  W8A8 = 1008,
+  // INT4_G{32,64,128} (W4A16): group-wise asymmetric 4-bit weights. Block of
+  //   G values: f16 d | u8 z (zero point, 0..15) | u8 0 | u8 qs[G/2], where
+  //   byte j holds value j in its low nibble and value j + G/2 in its high
+  //   nibble; w = (q - z) * d. 4 + G/2 bytes per block.
+  INT4_G32 = 1032,
+  INT4_G64 = 1064,
+  INT4_G128 = 1128,
 };
 
 struct DTypeInfo {
@@ -55,6 +74,11 @@ inline bool dtype_row_ok(DType t, int64_t n) {
 }
 
 // Whether dequantize_row (lib/quant/dequant.h) can turn this type into floats.
+// False for W8A8, whose rows need their companion scales (cpu/matmul.h's
+// weight_row_f32 handles it).
 bool dtype_can_dequantize(DType t);
+
+// libinfer's own formats (W8A8, INT4_G*): ids other GGUF readers do not know.
+bool dtype_is_infer_own(DType t);
 
 }  // namespace infer

@@ -1,6 +1,7 @@
 #include "core/threadpool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -12,55 +13,95 @@
 namespace infer {
 
 namespace {
-constexpr int kSpinIterations = 1 << 12;  // pauses (then yields) before sleeping / yielding
-}
+
+using Clock = std::chrono::steady_clock;
+// Idle workers: pause-spin this long (jobs of one decode step follow each
+// other within microseconds), then yield the core for this long, then sleep.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
+constexpr auto kYieldTime = std::chrono::microseconds(2000);
+// The caller waiting for shares other threads are running: pause-spin this
+// long, then yield (on an oversubscribed machine the thread it waits for may
+// need this very core).
+constexpr auto kCallerSpinTime = std::chrono::microseconds(50);
+
+uint32_t generation_of(uint64_t claim) { return static_cast<uint32_t>(claim >> 32); }
+
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
   threads_.reserve(n_threads - 1);
-  for (int t = 1; t < n_threads; ++t) threads_.emplace_back([this, t] { worker(t); });
+  for (int t = 1; t < n_threads; ++t) threads_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
+  stop_.store(true);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_.store(true);
-    generation_.fetch_add(1);
+    const uint32_t gen = generation_of(claim_.load()) + 1;
+    claim_.store(static_cast<uint64_t>(gen) << 32);
   }
   wake_.notify_all();
   for (auto& th : threads_) th.join();
 }
 
-void ThreadPool::worker(int tid) {
-  uint64_t seen = 0;
+void ThreadPool::work_on(uint32_t gen) {
+  const uint32_t n = static_cast<uint32_t>(n_threads_);
   for (;;) {
-    // Wait for a new generation: spin first, then sleep.
-    uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int i = 0; gen == seen && i < kSpinIterations; ++i) {
-      if (i < kSpinIterations / 4) {
-        INFER_CPU_RELAX();
-      } else {
-        std::this_thread::yield();
-      }
-      gen = generation_.load(std::memory_order_acquire);
+    uint64_t c = claim_.load(std::memory_order_acquire);
+    for (;;) {
+      if (generation_of(c) != gen || static_cast<uint32_t>(c) >= n) return;
+      if (claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) break;
     }
-    if (gen == seen) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      sleepers_.fetch_add(1);
-      wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      sleepers_.fetch_sub(1);
-      gen = generation_.load(std::memory_order_acquire);
-    }
-    seen = gen;
-    if (stop_.load()) return;
+    // Share c is ours: the job cannot finish (nor job_ change) before we
+    // count it done.
     try {
-      (*job_)(tid, n_threads_);
+      (*job_)(static_cast<int>(static_cast<uint32_t>(c)), n_threads_);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
     }
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadPool::worker() {
+  uint32_t seen = 0;  // the last generation this thread has looked at
+  for (;;) {
+    uint32_t gen = generation_of(claim_.load(std::memory_order_acquire));
+    if (gen == seen) {
+      // Spin, then yield, then sleep until a new job is announced.
+      const auto t0 = Clock::now();
+      bool yielding = false;
+      for (int i = 1; gen == seen; ++i) {
+        if (yielding) {
+          std::this_thread::yield();
+        } else {
+          INFER_CPU_RELAX();
+        }
+        gen = generation_of(claim_.load(std::memory_order_acquire));
+        if (gen != seen || (i & 63) != 0) continue;
+        const auto waited = Clock::now() - t0;
+        if (waited > kYieldTime) break;
+        yielding = waited > kSpinTime;
+      }
+      if (gen == seen) {
+        // Announcing a sleeper before re-checking the generation (both
+        // sequentially consistent) pairs with run(): it either sees this
+        // sleeper and notifies under the mutex, or we see its generation.
+        sleepers_.fetch_add(1);
+        {
+          std::unique_lock<std::mutex> lock(mutex_);
+          wake_.wait(lock, [&] { return generation_of(claim_.load()) != seen; });
+        }
+        sleepers_.fetch_sub(1);
+        gen = generation_of(claim_.load(std::memory_order_acquire));
+      }
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    work_on(gen);
   }
 }
 
@@ -70,53 +111,62 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     return;
   }
   job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
-  {
-    // The lock orders the generation bump with sleepers' predicate checks.
-    std::lock_guard<std::mutex> lock(mutex_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+  done_.store(0, std::memory_order_relaxed);
+  const uint32_t gen = generation_of(claim_.load(std::memory_order_relaxed)) + 1;
+  // Share 0 is the caller's; workers claim from 1. Publishing the new
+  // generation also publishes job_ and done_ (seq_cst store).
+  claim_.store((static_cast<uint64_t>(gen) << 32) | 1u);
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    wake_.notify_all();
   }
-  if (sleepers_.load() > 0) wake_.notify_all();
-  std::exception_ptr caller_error;
   try {
     fn(0, n_threads_);
   } catch (...) {
-    caller_error = std::current_exception();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = std::current_exception();
   }
-  // Spin briefly, then yield: on an oversubscribed machine a worker may be
-  // waiting for this very core.
-  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
-    if (i < kSpinIterations) {
-      INFER_CPU_RELAX();
-    } else {
-      std::this_thread::yield();
+  done_.fetch_add(1, std::memory_order_acq_rel);
+  work_on(gen);  // then whatever shares no worker has taken yet
+  // Wait for shares that other threads are still running.
+  if (done_.load(std::memory_order_acquire) != n_threads_) {
+    const auto t0 = Clock::now();
+    bool yielding = false;
+    for (int i = 1; done_.load(std::memory_order_acquire) != n_threads_; ++i) {
+      if (yielding) {
+        std::this_thread::yield();
+      } else {
+        INFER_CPU_RELAX();
+        if ((i & 63) == 0) yielding = Clock::now() - t0 > kCallerSpinTime;
+      }
     }
   }
   job_ = nullptr;
-  std::exception_ptr worker_error;
+  std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::swap(worker_error, error_);
+    std::swap(error, error_);
   }
-  // Every thread has finished before an exception leaves run().
-  if (caller_error) std::rethrow_exception(caller_error);
-  if (worker_error) std::rethrow_exception(worker_error);
+  // Every share has finished before an exception leaves run().
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  const int64_t max_chunks = (n + grain - 1) / grain;
-  const int nth = static_cast<int>(std::min<int64_t>(n_threads_, max_chunks));
-  if (nth <= 1) {
+  const int64_t max_chunks = n / grain;  // every chunk gets at least `grain` items
+  if (n_threads_ == 1 || max_chunks <= 1) {
     fn(0, n);
     return;
   }
-  run([&](int tid, int) {
-    if (tid >= nth) return;
-    const int64_t begin = n * tid / nth;
-    const int64_t end = n * (tid + 1) / nth;
-    if (begin < end) fn(begin, end);
+  // Up to four chunks per thread, handed out first come, first served.
+  const int64_t n_chunks = std::min<int64_t>(max_chunks, 4 * static_cast<int64_t>(n_threads_));
+  std::atomic<int64_t> next{0};
+  run([&](int, int) {
+    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
+      const int64_t begin = n * c / n_chunks, end = n * (c + 1) / n_chunks;
+      if (begin < end) fn(begin, end);
+    }
   });
 }
 

@@ -2,19 +2,48 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 
 #include "engine/engine.h"
 
 namespace infer {
 
-PerplexityResult perplexity(const Model& model, const std::string& text, int32_t n_ctx, int32_t n_threads) {
+namespace {
+
+// Log-probabilities of every prompt row of each window (row i predicts token i + 1).
+std::vector<std::vector<float>> window_logprobs(Engine& engine, const std::vector<std::vector<int32_t>>& windows) {
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (const auto& win : windows) {
+    RequestParams rp;
+    rp.prompt = win;
+    rp.max_tokens = 0;
+    rp.logits = kLogitsPrompt | kLogitsLogprobs;
+    reqs.push_back(engine.submit(std::move(rp)));
+  }
+  engine.run();
+  std::vector<std::vector<float>> out;
+  for (const auto& r : reqs) {
+    if (r->finish_reason() == FinishReason::Error) raise(r->status(), "%s", r->error().c_str());
+    out.push_back(r->logits());
+  }
+  return out;
+}
+
+}  // namespace
+
+PerplexityResult perplexity(const Model& model, const std::string& text, int32_t n_ctx, int32_t n_threads,
+                            const Model* base) {
   const Tokenizer& tok = model.tokenizer();
   if (n_ctx < 0) raise(Status::InvalidArgument, "n_ctx %d is negative", n_ctx);
   if (n_ctx == 0) n_ctx = std::min(512, model.config().n_ctx_train > 0 ? model.config().n_ctx_train : 512);
   if (n_ctx < 2) raise(Status::InvalidArgument, "n_ctx must be at least 2 to score anything");
   const int32_t bos = tok.vocab().bos;
   if (bos < 0) raise(Status::Unsupported, "the vocabulary has no BOS token to start windows with");
+  const int32_t n_vocab = model.config().n_vocab;
+  if (base && base->config().n_vocab != n_vocab)
+    raise(Status::InvalidArgument, "the base model's vocabulary (%d tokens) differs from the model's (%d)",
+          base->config().n_vocab, n_vocab);
   const std::vector<int32_t> ids = tok.encode(text, /*add_bos=*/false);
   if (ids.empty()) raise(Status::InvalidArgument, "the text has no tokens");
 
@@ -23,32 +52,50 @@ PerplexityResult perplexity(const Model& model, const std::string& text, int32_t
   ep.n_ctx = n_ctx;
   ep.max_seqs = 4;
   Engine engine(model, ep);
-  // Windows run concurrently in one engine; each keeps its log-probabilities.
-  std::vector<std::shared_ptr<Request>> reqs;
+  std::unique_ptr<Engine> base_engine;
+  if (base) base_engine = std::make_unique<Engine>(*base, ep);
+
+  std::vector<std::vector<int32_t>> windows;
   const size_t window = static_cast<size_t>(n_ctx - 1);
   for (size_t start = 0; start < ids.size(); start += window) {
-    RequestParams rp;
-    rp.prompt.push_back(bos);
-    rp.prompt.insert(rp.prompt.end(), ids.begin() + start, ids.begin() + std::min(ids.size(), start + window));
-    rp.max_tokens = 0;
-    rp.logits = kLogitsPrompt | kLogitsLogprobs;
-    reqs.push_back(engine.submit(std::move(rp)));
+    std::vector<int32_t> w{bos};
+    w.insert(w.end(), ids.begin() + start, ids.begin() + std::min(ids.size(), start + window));
+    windows.push_back(std::move(w));
   }
-  engine.run();
-  const int32_t n_vocab = model.config().n_vocab;
   PerplexityResult res;
-  double nll = 0;
-  for (const auto& r : reqs) {
-    if (r->finish_reason() == FinishReason::Error) raise(r->status(), "%s", r->error().c_str());
-    const auto& prompt = r->params().prompt;
-    const float* lp = r->logits().data();
-    // Row i predicts token i + 1.
-    for (size_t i = 0; i + 1 < prompt.size(); ++i) nll -= lp[i * n_vocab + prompt[i + 1]];
-    res.n_tokens += static_cast<int64_t>(prompt.size()) - 1;
-    ++res.n_chunks;
+  double nll = 0, base_nll = 0, kl = 0;
+  int64_t agree = 0;
+  // Four windows at a time run concurrently in each engine.
+  for (size_t g = 0; g < windows.size(); g += 4) {
+    const std::vector<std::vector<int32_t>> group(windows.begin() + g, windows.begin() + std::min(windows.size(), g + 4));
+    const auto lp = window_logprobs(engine, group);
+    std::vector<std::vector<float>> blp;
+    if (base_engine) blp = window_logprobs(*base_engine, group);
+    for (size_t w = 0; w < group.size(); ++w) {
+      const auto& prompt = group[w];
+      for (size_t i = 0; i + 1 < prompt.size(); ++i) {
+        const float* a = lp[w].data() + i * n_vocab;
+        nll -= a[prompt[i + 1]];
+        if (!base_engine) continue;
+        const float* b = blp[w].data() + i * n_vocab;
+        base_nll -= b[prompt[i + 1]];
+        double d = 0;
+        for (int32_t j = 0; j < n_vocab; ++j) d += std::exp(static_cast<double>(b[j])) * (b[j] - a[j]);
+        kl += std::max(0.0, d);
+        agree += (std::max_element(a, a + n_vocab) - a) == (std::max_element(b, b + n_vocab) - b);
+      }
+      res.n_tokens += static_cast<int64_t>(prompt.size()) - 1;
+      ++res.n_chunks;
+    }
   }
   res.nll = nll / static_cast<double>(res.n_tokens);
   res.perplexity = std::exp(res.nll);
+  if (base_engine) {
+    res.has_base = true;
+    res.kl_divergence = kl / static_cast<double>(res.n_tokens);
+    res.top1_agreement = static_cast<double>(agree) / static_cast<double>(res.n_tokens);
+    res.base_perplexity = std::exp(base_nll / static_cast<double>(res.n_tokens));
+  }
   return res;
 }
 

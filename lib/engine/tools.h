@@ -14,12 +14,21 @@ struct PerplexityResult {
   double perplexity = 0, nll = 0;
   int64_t n_tokens = 0;
   int32_t n_chunks = 0;
+  // With a base model: mean KL(base || model) of the next-token
+  // distributions (nats), the fraction of positions whose most likely token
+  // is the same, and the base model's own perplexity.
+  bool has_base = false;
+  double kl_divergence = 0, top1_agreement = 0, base_perplexity = 0;
 };
 
 // Splits the tokenized text into windows of n_ctx - 1 tokens, each scored
 // after a BOS: every token's log-probability given the ones before it in its
-// window. n_ctx 0 = the model's context capped at 512.
-PerplexityResult perplexity(const Model& model, const std::string& text, int32_t n_ctx, int32_t n_threads);
+// window. n_ctx 0 = the model's context capped at 512. With `base` (same
+// vocabulary size; the text is tokenized by `model`), the same tokens also
+// run through base and the two distributions are compared position by
+// position (windows go four at a time, so memory stays bounded).
+PerplexityResult perplexity(const Model& model, const std::string& text, int32_t n_ctx, int32_t n_threads,
+                            const Model* base = nullptr);
 
 struct BenchResult {
   int32_t n_prompt = 0, n_gen = 0, n_threads = 0, batch = 1;

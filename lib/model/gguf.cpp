@@ -36,6 +36,44 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace infer {
 
+// The elements of an array value, in one of three forms (see GgufValue).
+struct GgufArray {
+  enum Kind { Raw, Strings, Values };
+  Kind kind = Values;
+  std::vector<uint8_t> raw;       // Raw: numbers and bools, little-endian
+  std::string chars;              // Strings: the strings back to back
+  std::vector<uint64_t> ends;     // Strings: where each string ends in chars
+  std::vector<GgufValue> values;  // Values: nested arrays, or values kept as given
+
+  size_t size(GgufType elem) const {
+    switch (kind) {
+      case Raw: return raw.size() / gguf_type_size(elem);
+      case Strings: return ends.size();
+      case Values: return values.size();
+    }
+    return 0;
+  }
+  std::string_view string(size_t k) const {
+    const uint64_t b = k == 0 ? 0 : ends[k - 1];
+    return std::string_view(chars.data() + b, static_cast<size_t>(ends[k] - b));
+  }
+};
+
+struct GgufArrayAccess {
+  static const GgufArray* get(const GgufValue& v) { return v.type == GgufType::Array ? v.arr_.get() : nullptr; }
+  static void set(GgufValue& v, std::shared_ptr<const GgufArray> a) { v.arr_ = std::move(a); }
+};
+
+size_t gguf_type_size(GgufType t) {
+  switch (t) {
+    case GgufType::U8: case GgufType::I8: case GgufType::Bool: return 1;
+    case GgufType::U16: case GgufType::I16: return 2;
+    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
+    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
+    default: return 0;
+  }
+}
+
 namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
@@ -169,6 +207,12 @@ class Cursor {
     return s;
   }
 
+  const uint8_t* here() const { return data_ + pos_; }
+  void skip(uint64_t n, const std::string& where, const char* what) {
+    need(n, where, what);
+    pos_ += static_cast<size_t>(n);
+  }
+
   // Fails unless `count` items of at least `min_bytes` each can still fit.
   void check_count(uint64_t count, uint64_t min_bytes, const std::string& where,
                    const char* what) const {
@@ -185,7 +229,76 @@ class Cursor {
   size_t pos_ = 0;
 };
 
-GgufValue read_value(Cursor& c, GgufType type, const std::string& where, int depth) {
+// Memory the parsed metadata may take: twice the file size plus 64 MiB.
+// Everything the parser keeps is charged against it before it is allocated,
+// so no file, however crafted, makes the reader allocate much more than the
+// file itself (nested arrays and tiny metadata pairs cost more in memory
+// than on disk; only an absurd number of them can reach the limit).
+class Budget {
+ public:
+  explicit Budget(size_t file_size) : left_(2 * static_cast<uint64_t>(file_size) + (uint64_t{64} << 20)),
+                                      limit_(left_) {}
+  void charge(uint64_t bytes, const std::string& where) {
+    if (bytes > left_) {
+      raise(Status::Format, "GGUF: %s: the metadata would take more than %llu bytes of memory (the limit is "
+            "twice the file size plus 64 MiB)", where.c_str(), static_cast<unsigned long long>(limit_));
+    }
+    left_ -= bytes;
+  }
+
+ private:
+  uint64_t left_, limit_;
+};
+
+// Estimated heap cost of one nested array value and of one metadata pair.
+constexpr uint64_t kNestedArrayCost = sizeof(GgufValue) + sizeof(GgufArray) + 32;
+constexpr uint64_t kPairCost = sizeof(std::pair<std::string, GgufValue>) + 64;  // + the index node
+
+GgufValue read_value(Cursor& c, GgufType type, const std::string& where, int depth, Budget& budget);
+
+std::shared_ptr<GgufArray> read_array(Cursor& c, GgufType elem, uint64_t n, const std::string& where, int depth,
+                                      Budget& budget) {
+  auto a = std::make_shared<GgufArray>();
+  const size_t esize = gguf_type_size(elem);
+  if (esize > 0) {
+    // check_count() made sure n * esize bytes remain.
+    a->kind = GgufArray::Raw;
+    const uint64_t bytes = n * esize;
+    budget.charge(bytes, where);
+    const uint8_t* p = c.here();
+    c.skip(bytes, where, "array elements");
+    if (elem == GgufType::Bool) {
+      for (uint64_t k = 0; k < n; ++k) {
+        if (p[k] > 1) {
+          raise(Status::Format, "GGUF: %s: bool value %u at offset %zu is neither 0 nor 1", where.c_str(), p[k],
+                c.pos() - static_cast<size_t>(bytes - k));
+        }
+      }
+    }
+    a->raw.assign(p, p + bytes);
+  } else if (elem == GgufType::String) {
+    a->kind = GgufArray::Strings;
+    budget.charge(n * sizeof(uint64_t), where);
+    a->ends.reserve(static_cast<size_t>(n));
+    for (uint64_t k = 0; k < n; ++k) {
+      const uint64_t len = c.read<uint64_t>(where, "string length");
+      c.need(len, where, "string");
+      budget.charge(len, where);
+      a->chars.append(reinterpret_cast<const char*>(c.here()), static_cast<size_t>(len));
+      c.skip(len, where, "string");
+      a->ends.push_back(a->chars.size());
+    }
+    a->chars.shrink_to_fit();
+  } else {
+    a->kind = GgufArray::Values;
+    budget.charge(n * kNestedArrayCost, where);
+    a->values.reserve(static_cast<size_t>(n));
+    for (uint64_t k = 0; k < n; ++k) a->values.push_back(read_value(c, elem, where, depth + 1, budget));
+  }
+  return a;
+}
+
+GgufValue read_value(Cursor& c, GgufType type, const std::string& where, int depth, Budget& budget) {
   GgufValue v;
   v.type = type;
   switch (type) {
@@ -209,7 +322,14 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& where, int dep
       v.u = b;
       break;
     }
-    case GgufType::String: v.s = c.read_string(where, "string"); break;
+    case GgufType::String: {
+      const uint64_t len = c.read<uint64_t>(where, "string length");
+      c.need(len, where, "string");
+      budget.charge(len, where);
+      v.s.assign(reinterpret_cast<const char*>(c.here()), static_cast<size_t>(len));
+      c.skip(len, where, "string");
+      break;
+    }
     case GgufType::Array: {
       if (depth >= kMaxArrayDepth) {
         raise(Status::Format, "GGUF: %s: arrays nested more than %d deep at offset %zu",
@@ -224,8 +344,7 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& where, int dep
       v.elem = static_cast<GgufType>(elem);
       const uint64_t n = c.read<uint64_t>(where, "array length");
       c.check_count(n, min_value_bytes(v.elem), where, "array length");
-      v.array.reserve(static_cast<size_t>(n));
-      for (uint64_t k = 0; k < n; ++k) v.array.push_back(read_value(c, v.elem, where, depth + 1));
+      GgufArrayAccess::set(v, read_array(c, v.elem, n, where, depth, budget));
       break;
     }
   }
@@ -291,30 +410,188 @@ GgufValue GgufValue::make_string(std::string v) {
   x.s = std::move(v);
   return x;
 }
-GgufValue GgufValue::make_array(GgufType elem, std::vector<GgufValue> items) {
+namespace {
+
+// Whether a value of type t holds a number its type can store (what the
+// writer requires), so it can live in a Raw array.
+bool fits_raw(const GgufValue& v, GgufType t) {
+  if (v.type != t) return false;
+  switch (t) {
+    case GgufType::U8: return v.u <= std::numeric_limits<uint8_t>::max();
+    case GgufType::U16: return v.u <= std::numeric_limits<uint16_t>::max();
+    case GgufType::U32: return v.u <= std::numeric_limits<uint32_t>::max();
+    case GgufType::U64: return true;
+    case GgufType::Bool: return v.u <= 1;
+    case GgufType::I8: return v.i >= std::numeric_limits<int8_t>::min() && v.i <= std::numeric_limits<int8_t>::max();
+    case GgufType::I16: return v.i >= std::numeric_limits<int16_t>::min() && v.i <= std::numeric_limits<int16_t>::max();
+    case GgufType::I32: return v.i >= std::numeric_limits<int32_t>::min() && v.i <= std::numeric_limits<int32_t>::max();
+    case GgufType::I64: return true;
+    case GgufType::F32: case GgufType::F64: return true;
+    default: return false;
+  }
+}
+
+// Appends a number or bool's little-endian bytes (fits_raw was checked).
+void append_raw(std::vector<uint8_t>& out, const GgufValue& v) {
+  auto put = [&](auto x) {
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&x);
+    out.insert(out.end(), b, b + sizeof(x));
+  };
+  switch (v.type) {
+    case GgufType::U8: case GgufType::Bool: put(static_cast<uint8_t>(v.u)); break;
+    case GgufType::U16: put(static_cast<uint16_t>(v.u)); break;
+    case GgufType::U32: put(static_cast<uint32_t>(v.u)); break;
+    case GgufType::U64: put(v.u); break;
+    case GgufType::I8: put(static_cast<int8_t>(v.i)); break;
+    case GgufType::I16: put(static_cast<int16_t>(v.i)); break;
+    case GgufType::I32: put(static_cast<int32_t>(v.i)); break;
+    case GgufType::I64: put(v.i); break;
+    case GgufType::F32: put(static_cast<float>(v.f)); break;
+    case GgufType::F64: put(v.f); break;
+    default: break;
+  }
+}
+
+// Element k of a Raw array as a scalar value.
+GgufValue raw_element(const GgufArray& a, GgufType t, size_t k) {
+  GgufValue v;
+  v.type = t;
+  const uint8_t* p = a.raw.data() + k * gguf_type_size(t);
+  auto get = [&](auto x) {
+    std::memcpy(&x, p, sizeof(x));
+    return x;
+  };
+  switch (t) {
+    case GgufType::U8: case GgufType::Bool: v.u = get(uint8_t{}); break;
+    case GgufType::U16: v.u = get(uint16_t{}); break;
+    case GgufType::U32: v.u = get(uint32_t{}); break;
+    case GgufType::U64: v.u = get(uint64_t{}); break;
+    case GgufType::I8: v.i = get(int8_t{}); break;
+    case GgufType::I16: v.i = get(int16_t{}); break;
+    case GgufType::I32: v.i = get(int32_t{}); break;
+    case GgufType::I64: v.i = get(int64_t{}); break;
+    case GgufType::F32: v.f = get(float{}); break;
+    case GgufType::F64: v.f = get(double{}); break;
+    default: break;
+  }
+  return v;
+}
+
+GgufValue array_value(GgufType elem, std::shared_ptr<GgufArray> a) {
   GgufValue x;
   x.type = GgufType::Array;
   x.elem = elem;
-  x.array = std::move(items);
+  GgufArrayAccess::set(x, std::move(a));
   return x;
 }
+
+}  // namespace
+
+GgufValue GgufValue::make_array(GgufType elem, std::vector<GgufValue> items) {
+  auto a = std::make_shared<GgufArray>();
+  const bool raw = gguf_type_size(elem) > 0 &&
+                   std::all_of(items.begin(), items.end(), [&](const GgufValue& v) { return fits_raw(v, elem); });
+  const bool strings = elem == GgufType::String && std::all_of(items.begin(), items.end(), [](const GgufValue& v) {
+                         return v.type == GgufType::String;
+                       });
+  if (raw) {
+    a->kind = GgufArray::Raw;
+    a->raw.reserve(items.size() * gguf_type_size(elem));
+    for (const GgufValue& v : items) append_raw(a->raw, v);
+  } else if (strings) {
+    a->kind = GgufArray::Strings;
+    for (const GgufValue& v : items) {
+      a->chars += v.s;
+      a->ends.push_back(a->chars.size());
+    }
+  } else {
+    a->kind = GgufArray::Values;  // nested arrays, or values the writer will refuse
+    a->values = std::move(items);
+  }
+  return array_value(elem, std::move(a));
+}
 GgufValue GgufValue::make_string_array(const std::vector<std::string>& items) {
-  std::vector<GgufValue> v;
-  v.reserve(items.size());
-  for (const auto& s : items) v.push_back(make_string(s));
-  return make_array(GgufType::String, std::move(v));
+  auto a = std::make_shared<GgufArray>();
+  a->kind = GgufArray::Strings;
+  a->ends.reserve(items.size());
+  for (const auto& s : items) {
+    a->chars += s;
+    a->ends.push_back(a->chars.size());
+  }
+  return array_value(GgufType::String, std::move(a));
 }
 GgufValue GgufValue::make_f32_array(const std::vector<float>& items) {
-  std::vector<GgufValue> v;
-  v.reserve(items.size());
-  for (float f : items) v.push_back(make_f32(f));
-  return make_array(GgufType::F32, std::move(v));
+  std::vector<uint8_t> b(items.size() * sizeof(float));
+  if (!items.empty()) std::memcpy(b.data(), items.data(), b.size());
+  return make_raw_array(GgufType::F32, std::move(b));
 }
 GgufValue GgufValue::make_i32_array(const std::vector<int32_t>& items) {
-  std::vector<GgufValue> v;
-  v.reserve(items.size());
-  for (int32_t i : items) v.push_back(make_i32(i));
-  return make_array(GgufType::I32, std::move(v));
+  std::vector<uint8_t> b(items.size() * sizeof(int32_t));
+  if (!items.empty()) std::memcpy(b.data(), items.data(), b.size());
+  return make_raw_array(GgufType::I32, std::move(b));
+}
+GgufValue GgufValue::make_raw_array(GgufType elem, std::vector<uint8_t> bytes) {
+  const size_t esize = gguf_type_size(elem);
+  if (esize == 0 || bytes.size() % esize != 0)
+    raise(Status::InvalidArgument, "GGUF: %zu bytes are not whole %s array elements", bytes.size(),
+          gguf_type_name(elem));
+  if (elem == GgufType::Bool && std::any_of(bytes.begin(), bytes.end(), [](uint8_t b) { return b > 1; }))
+    raise(Status::InvalidArgument, "GGUF: bool array element is neither 0 nor 1");
+  auto a = std::make_shared<GgufArray>();
+  a->kind = GgufArray::Raw;
+  a->raw = std::move(bytes);
+  return array_value(elem, std::move(a));
+}
+
+size_t GgufValue::size() const {
+  const GgufArray* a = GgufArrayAccess::get(*this);
+  return a ? a->size(elem) : 0;
+}
+
+GgufValue GgufValue::at(size_t k) const {
+  const GgufArray* a = GgufArrayAccess::get(*this);
+  if (!a || k >= a->size(elem)) raise(Status::InvalidArgument, "GGUF: array index %zu out of range", k);
+  switch (a->kind) {
+    case GgufArray::Raw: return raw_element(*a, elem, k);
+    case GgufArray::Strings: return make_string(std::string(a->string(k)));
+    case GgufArray::Values: return a->values[k];
+  }
+  return {};
+}
+
+std::string_view GgufValue::string_at(size_t k) const {
+  const GgufArray* a = GgufArrayAccess::get(*this);
+  if (!a || k >= a->size(elem)) raise(Status::InvalidArgument, "GGUF: array index %zu out of range", k);
+  if (a->kind == GgufArray::Strings) return a->string(k);
+  if (a->kind == GgufArray::Values && a->values[k].type == GgufType::String) return a->values[k].s;
+  raise(Status::Format, "GGUF: expected a string, found a %s", gguf_type_name(elem));
+}
+
+int64_t GgufValue::int_at(size_t k) const {
+  const GgufArray* a = GgufArrayAccess::get(*this);
+  if (a && a->kind == GgufArray::Values && k < a->values.size()) return a->values[k].as_int();
+  return at(k).as_int();
+}
+
+double GgufValue::float_at(size_t k) const {
+  const GgufArray* a = GgufArrayAccess::get(*this);
+  if (a && a->kind == GgufArray::Values && k < a->values.size()) return a->values[k].as_float();
+  return at(k).as_float();
+}
+
+const uint8_t* GgufValue::raw() const {
+  const GgufArray* a = GgufArrayAccess::get(*this);
+  return a && a->kind == GgufArray::Raw ? a->raw.data() : nullptr;
+}
+
+size_t GgufValue::memory_bytes() const {
+  size_t n = s.capacity() > 15 ? s.capacity() : 0;
+  if (const GgufArray* a = GgufArrayAccess::get(*this)) {
+    n += sizeof(GgufArray) + a->raw.capacity() + a->chars.capacity() + a->ends.capacity() * sizeof(uint64_t) +
+         a->values.capacity() * sizeof(GgufValue);
+    for (const GgufValue& v : a->values) n += v.memory_bytes();
+  }
+  return n;
 }
 
 bool GgufValue::is_integer() const { return is_integer_type(type); }
@@ -353,7 +630,18 @@ bool GgufValue::operator==(const GgufValue& o) const {
   if (type != o.type) return false;
   switch (type) {
     case GgufType::String: return s == o.s;
-    case GgufType::Array: return elem == o.elem && array == o.array;
+    case GgufType::Array: {
+      if (elem != o.elem) return false;
+      const GgufArray* a = GgufArrayAccess::get(*this);
+      const GgufArray* b = GgufArrayAccess::get(o);
+      const size_t n = size();
+      if (n != o.size()) return false;
+      if (a && b && a->kind == b->kind && a->kind == GgufArray::Raw) return a->raw == b->raw;  // bits, like floats
+      if (a && b && a->kind == b->kind && a->kind == GgufArray::Strings) return a->chars == b->chars && a->ends == b->ends;
+      for (size_t k = 0; k < n; ++k)
+        if (!(at(k) == o.at(k))) return false;
+      return true;
+    }
     case GgufType::F32: case GgufType::F64:
       return std::bit_cast<uint64_t>(f) == std::bit_cast<uint64_t>(o.f);
     default:
@@ -417,13 +705,16 @@ void GgufFile::parse() {
   const uint64_t n_kv = c.read<uint64_t>("header", "metadata count");
   c.check_count(n_kv, kMinKvBytes, "header", "metadata count");
   c.check_count(n_tensors, kMinTensorInfoBytes, "header", "tensor count");
+  Budget budget(size);
 
   // ---- metadata ----
+  budget.charge(n_kv * kPairCost, "header: metadata count");
   kv_.reserve(static_cast<size_t>(n_kv));
   for (uint64_t k = 0; k < n_kv; ++k) {
     const size_t at = c.pos();
     std::string where = strformat("metadata pair %llu", static_cast<unsigned long long>(k));
     std::string key = c.read_string(where, "key");
+    budget.charge(2 * key.size(), where);  // the key and its index entry
     where += " '" + printable(key) + "'";
     if (kv_index_.count(key)) {
       raise(Status::Format, "GGUF: %s at offset %zu: duplicate key", where.c_str(), at);
@@ -434,7 +725,7 @@ void GgufFile::parse() {
       raise(Status::Format, "GGUF: %s: unknown value type %u at offset %zu", where.c_str(), type,
             type_at);
     }
-    GgufValue v = read_value(c, static_cast<GgufType>(type), where, 0);
+    GgufValue v = read_value(c, static_cast<GgufType>(type), where, 0, budget);
     kv_index_.emplace(key, kv_.size());
     kv_.emplace_back(std::move(key), std::move(v));
   }
@@ -448,11 +739,13 @@ void GgufFile::parse() {
   }
 
   // ---- tensor infos ----
+  budget.charge(n_tensors * (sizeof(GgufTensorInfo) + 64 + kMaxDims * sizeof(int64_t)), "header: tensor count");
   tensors_.reserve(static_cast<size_t>(n_tensors));
   for (uint64_t k = 0; k < n_tensors; ++k) {
     std::string where = strformat("tensor %llu", static_cast<unsigned long long>(k));
     GgufTensorInfo t;
     t.name = c.read_string(where, "name");
+    budget.charge(2 * t.name.size(), where);  // the name and its index entry
     where += " '" + printable(t.name) + "'";
     if (tensor_index_.count(t.name)) raise(Status::Format, "GGUF: %s: duplicate tensor name", where.c_str());
 
@@ -573,8 +866,9 @@ std::vector<std::string> GgufFile::get_string_array(std::string_view key) const 
   const GgufValue* v = get_array(key);
   if (!v) return out;
   if (v->elem != GgufType::String) type_mismatch(key, "an array of strings", *v);
-  out.reserve(v->array.size());
-  for (const GgufValue& e : v->array) out.push_back(e.s);
+  const size_t n = v->size();
+  out.reserve(n);
+  for (size_t k = 0; k < n; ++k) out.emplace_back(v->string_at(k));
   return out;
 }
 
@@ -583,8 +877,13 @@ std::vector<float> GgufFile::get_f32_array(std::string_view key) const {
   const GgufValue* v = get_array(key);
   if (!v) return out;
   if (!is_integer_type(v->elem) && !is_float_type(v->elem)) type_mismatch(key, "an array of numbers", *v);
-  out.reserve(v->array.size());
-  for (const GgufValue& e : v->array) out.push_back(static_cast<float>(e.as_float()));
+  const size_t n = v->size();
+  out.resize(n);
+  if (v->elem == GgufType::F32 && v->raw()) {
+    if (n) std::memcpy(out.data(), v->raw(), n * sizeof(float));
+  } else {
+    for (size_t k = 0; k < n; ++k) out[k] = static_cast<float>(v->float_at(k));
+  }
   return out;
 }
 
@@ -593,9 +892,10 @@ std::vector<int64_t> GgufFile::get_int_array(std::string_view key) const {
   const GgufValue* v = get_array(key);
   if (!v) return out;
   if (!is_integer_type(v->elem)) type_mismatch(key, "an array of integers", *v);
-  out.reserve(v->array.size());
+  const size_t n = v->size();
+  out.reserve(n);
   try {
-    for (const GgufValue& e : v->array) out.push_back(e.as_int());
+    for (size_t k = 0; k < n; ++k) out.push_back(v->int_at(k));
   } catch (const Error& e) {
     raise(Status::Format, "GGUF: key '%s': %s", printable(key).c_str(), e.what());
   }
@@ -668,16 +968,29 @@ void put_value(Out& o, const GgufValue& v, const std::string& key, int depth) {
     case GgufType::F32: o.put<float>(static_cast<float>(v.f)); break;
     case GgufType::F64: o.put<double>(v.f); break;
     case GgufType::String: o.str(v.s); break;
-    case GgufType::Array:
+    case GgufType::Array: {
       if (depth >= kMaxArrayDepth) bad_value(key, "arrays nested too deep");
       if (!known_value_type(static_cast<uint32_t>(v.elem))) bad_value(key, "unknown array element type");
       o.put<uint32_t>(static_cast<uint32_t>(v.elem));
-      o.put<uint64_t>(v.array.size());
-      for (const GgufValue& e : v.array) {
-        if (e.type != v.elem) bad_value(key, "array element of the wrong type");
-        put_value(o, e, key, depth + 1);
+      o.put<uint64_t>(v.size());
+      const GgufArray* a = GgufArrayAccess::get(v);
+      if (a && a->kind == GgufArray::Raw) {  // numbers and bools, checked when the array was made
+        o.bytes(a->raw.data(), a->raw.size());
+      } else if (a && a->kind == GgufArray::Strings) {
+        for (size_t k = 0; k < v.size(); ++k) {
+          const std::string_view e = v.string_at(k);
+          o.put<uint64_t>(e.size());
+          o.bytes(e.data(), e.size());
+        }
+      } else {
+        for (size_t k = 0; k < v.size(); ++k) {
+          const GgufValue e = v.at(k);
+          if (e.type != v.elem) bad_value(key, "array element of the wrong type");
+          put_value(o, e, key, depth + 1);
+        }
       }
       break;
+    }
     default:
       bad_value(key, "unknown value type");
   }

@@ -39,8 +39,15 @@ enum class GgufType : uint32_t {
 
 const char* gguf_type_name(GgufType t);
 
-// One metadata value. Scalars use the field matching their kind; arrays keep
-// their element type and the elements in `array` (arrays of arrays allowed).
+struct GgufArray;
+
+// One metadata value. Scalars use the field matching their kind. An array
+// keeps its element type in `elem` and its elements in a compact form, read
+// through size() / at() and the typed *_at() accessors: numbers and bools as
+// their raw little-endian bytes, strings back to back, nested arrays as
+// values. Parsed metadata thus takes about as much memory as the file bytes
+// it came from (a 100 MB array of u8 is 100 MB, not 100 bytes per element).
+// Copies of an array share its (immutable) elements.
 struct GgufValue {
   GgufType type = GgufType::U32;
   uint64_t u = 0;       // U8, U16, U32, U64, Bool
@@ -48,7 +55,6 @@ struct GgufValue {
   double f = 0.0;       // F32, F64
   std::string s;        // String
   GgufType elem = GgufType::U32;  // Array: element type
-  std::vector<GgufValue> array;   // Array: elements
 
   // Convenience constructors.
   static GgufValue make_u32(uint32_t v);
@@ -57,10 +63,16 @@ struct GgufValue {
   static GgufValue make_f32(float v);
   static GgufValue make_bool(bool v);
   static GgufValue make_string(std::string v);
+  // An array of values of type `elem` (arrays of arrays allowed). Values of
+  // another type or out of their type's range are kept as given and make the
+  // writer fail with Error(InvalidArgument).
   static GgufValue make_array(GgufType elem, std::vector<GgufValue> items);
   static GgufValue make_string_array(const std::vector<std::string>& items);
   static GgufValue make_f32_array(const std::vector<float>& items);
   static GgufValue make_i32_array(const std::vector<int32_t>& items);
+  // An array of a number or bool type from its little-endian bytes (whole
+  // elements; bools 0 or 1), Error(InvalidArgument) otherwise.
+  static GgufValue make_raw_array(GgufType elem, std::vector<uint8_t> bytes);
 
   bool is_integer() const;  // any of the 8 integer types (not Bool)
   bool is_float() const;    // F32 or F64
@@ -68,7 +80,31 @@ struct GgufValue {
   int64_t as_int() const;
   double as_float() const;
   bool operator==(const GgufValue& o) const;
+
+  // ---- arrays (all of these see an empty array in a non-array value) ----
+  size_t size() const;
+  bool empty() const { return size() == 0; }
+  // Element k (k < size()) as a value of type `elem`.
+  GgufValue at(size_t k) const;
+  // Element k of an array of strings.
+  std::string_view string_at(size_t k) const;
+  // Element k of an array of numbers or bools, as as_int() / as_float() would
+  // give it (Error(Format) when it does not fit).
+  int64_t int_at(size_t k) const;
+  double float_at(size_t k) const;
+  // The elements of an array of numbers or bools as stored: size() times
+  // gguf_type_size(elem) little-endian bytes; nullptr for other arrays.
+  const uint8_t* raw() const;
+  // Approximate heap bytes the value holds (its array's storage).
+  size_t memory_bytes() const;
+
+ private:
+  friend struct GgufArrayAccess;  // the reader and writer (gguf.cpp)
+  std::shared_ptr<const GgufArray> arr_;
 };
+
+// Bytes of one element of a number or bool type, 0 for strings and arrays.
+size_t gguf_type_size(GgufType t);
 
 struct GgufTensorInfo {
   std::string name;

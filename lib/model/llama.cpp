@@ -9,6 +9,7 @@
 //   logits = rmsnorm(x) · Wout              (Wout = embedding when absent)
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -56,6 +57,7 @@ class LlamaModel final : public Model {
   std::vector<float> vector_f32(const std::string& name, int64_t n) const;
 
   std::vector<Layer> layers_;
+  mutable std::deque<WeightCache> caches_;  // one per bound weight (stable addresses)
   WeightView tok_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<float> inv_freq_;  // rope: n_rot / 2 inverse frequencies
@@ -142,7 +144,7 @@ WeightView LlamaModel::weight(const std::string& name, int64_t n_in, int64_t n_o
             return s + "]";
           }().c_str(),
           (long long)n_in, (long long)n_out);
-  if (!dtype_can_dequantize(t->type))
+  if (!dtype_can_dequantize(t->type) && t->type != DType::W8A8)
     raise(Status::Unsupported, "tensor '%s' has type %s, which this build cannot compute with", name.c_str(),
           dtype_name(t->type));
   WeightView w;
@@ -151,6 +153,15 @@ WeightView LlamaModel::weight(const std::string& name, int64_t n_in, int64_t n_o
   w.n_out = n_out;
   w.data = gguf_->tensor_data(*t);
   w.row_bytes = dtype_row_bytes(t->type, n_in);
+  if (t->type == DType::W8A8) {
+    // Per-row scales live in the companion tensor "<name>.scale" (core/dtype.h).
+    const GgufTensorInfo* s = gguf_->find_tensor(name + ".scale");
+    if (!s || s->type != DType::F32 || s->n_elements() != n_out)
+      raise(Status::Format, "w8a8 tensor '%s' needs its scales '%s.scale' (f32, %lld values)", name.c_str(),
+            name.c_str(), (long long)n_out);
+    w.scale = reinterpret_cast<const float*>(gguf_->tensor_data(*s));
+  }
+  w.cache = &caches_.emplace_back();  // repacked copies a backend makes live with the model
   return w;
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "quant/formats.h"
 
 namespace infer {
 
@@ -247,7 +248,7 @@ BlockFn block_fn(DType t) {
     case DType::Q4_K: return block_q4_k;
     case DType::Q5_K: return block_q5_k;
     case DType::Q6_K: return block_q6_k;
-    default: return nullptr;
+    default: return infer_own_dequant_block(t);  // libinfer's INT4_G* (quant/formats.cpp)
   }
 }
 

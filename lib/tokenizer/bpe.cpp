@@ -33,6 +33,7 @@
 #include <climits>
 #include <cstdio>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -147,6 +148,17 @@ class BpeTokenizer final : public Tokenizer {
 
   void encode_text(std::string_view text, std::vector<int32_t>& out, Scratch& s) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out, Scratch& s) const;
+  static constexpr int32_t kShortWord = 32;
+  static constexpr size_t kCacheFrom = 4096;  // texts this long cache words
+  void merge_short(std::string_view word, std::vector<int32_t>& out) const;
+  // A symbol's token, or the unknown token for a byte the vocabulary cannot
+  // spell (nothing when there is none).
+  void emit(int32_t id, std::vector<int32_t>& out) const {
+    if (id >= 0)
+      out.push_back(id);
+    else if (vocab_.unk >= 0)
+      out.push_back(vocab_.unk);
+  }
 
   PieceTable piece_id_;  // refers to vocab_.tokens
   std::unique_ptr<PreTokenizer> pre_;
@@ -260,7 +272,29 @@ void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
     text = normalized;
   }
   pre_->split(text, s.words);
-  for (const auto& w : s.words) encode_word(text.substr(w.first, w.second), out, s);
+  if (text.size() < kCacheFrom) {
+    for (const auto& w : s.words) encode_word(text.substr(w.first, w.second), out, s);
+    return;
+  }
+  // Long texts repeat their words: remember each word's tokens (as a range
+  // of `out`) for the rest of this call.
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
+  seen.reserve(s.words.size() / 8 + 16);
+  for (const auto& w : s.words) {
+    const std::string_view word = text.substr(w.first, w.second);
+    if (word.size() < 2) {
+      encode_word(word, out, s);
+      continue;
+    }
+    const auto it = seen.find(word);
+    if (it != seen.end()) {
+      for (size_t i = 0; i < it->second.second; ++i) out.push_back(out[it->second.first + i]);
+      continue;
+    }
+    const size_t before = out.size();
+    encode_word(word, out, s);
+    seen.emplace(word, std::make_pair(before, out.size() - before));
+  }
 }
 
 void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out, Scratch& s) const {
@@ -276,11 +310,11 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out,
   }
   const int32_t n = static_cast<int32_t>(word.size());
   if (n == 1) {
-    const int32_t id = byte_id_[static_cast<unsigned char>(word[0])];
-    if (id >= 0)
-      out.push_back(id);
-    else if (vocab_.unk >= 0)
-      out.push_back(vocab_.unk);
+    emit(byte_id_[static_cast<unsigned char>(word[0])], out);
+    return;
+  }
+  if (n <= kShortWord) {
+    merge_short(word, out);
     return;
   }
   auto& sym = s.sym;
@@ -319,12 +353,40 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<int32_t>& out,
     consider(c.left, l.next);
   }
 
-  for (int32_t i = 0; i >= 0; i = sym[i].next) {
-    if (sym[i].id >= 0)
-      out.push_back(sym[i].id);
-    else if (vocab_.unk >= 0)
-      out.push_back(vocab_.unk);  // a byte the vocabulary cannot spell
+  for (int32_t i = 0; i >= 0; i = sym[i].next) emit(sym[i].id, out);
+}
+
+// Short words (most of them): the same merges with the pair ranks kept in
+// small arrays, scanning for the lowest (leftmost on ties) instead of using a
+// heap; each merge shifts the arrays and looks up the two new pairs.
+void BpeTokenizer::merge_short(std::string_view word, std::vector<int32_t>& out) const {
+  constexpr int32_t kNone = INT32_MAX;
+  int32_t ids[kShortWord], rank[kShortWord], result[kShortWord];
+  int32_t m = static_cast<int32_t>(word.size());
+  for (int32_t i = 0; i < m; ++i) ids[i] = byte_id_[static_cast<unsigned char>(word[i])];
+  auto pair_rank = [&](int32_t i) {
+    const MergeTable::Entry* e = ids[i] >= 0 && ids[i + 1] >= 0 ? merges_.find(ids[i], ids[i + 1]) : nullptr;
+    rank[i] = e ? e->rank : kNone;
+    result[i] = e ? e->result : -1;
+  };
+  for (int32_t i = 0; i + 1 < m; ++i) pair_rank(i);
+  while (m > 1) {
+    int32_t best = 0;
+    for (int32_t i = 1; i + 1 < m; ++i)
+      if (rank[i] < rank[best]) best = i;
+    if (rank[best] == kNone) break;
+    ids[best] = result[best];
+    // Remove symbol best + 1 and the pair that started at it.
+    for (int32_t i = best + 1; i + 1 < m; ++i) {
+      ids[i] = ids[i + 1];
+      rank[i] = rank[i + 1];
+      result[i] = result[i + 1];
+    }
+    --m;
+    if (best > 0) pair_rank(best - 1);
+    if (best + 1 < m) pair_rank(best);
   }
+  for (int32_t i = 0; i < m; ++i) emit(ids[i], out);
 }
 
 std::string BpeTokenizer::token_to_piece(int32_t id, bool render_special) const {

@@ -4,6 +4,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstring>
 #include <new>
 
 #include "core/error.h"
@@ -216,7 +217,46 @@ std::string pcre2_message(int code) {
 struct PreTokenizer::Regex {
   pcre2_code* code = nullptr;
   bool jit = false;
+  // Cheap filters from PCRE2's pattern analysis: a piece shorter than
+  // min_length code points, or with no byte that can start a match, is
+  // left whole without calling the matcher (most pieces, for the later
+  // regexes of multi-regex families).
+  uint32_t min_length = 0;
+  bool has_first = false;
+  uint8_t first[32] = {};  // bitmap of bytes a match can start with
   ~Regex() { pcre2_code_free(code); }
+
+  void analyse() {
+    pcre2_pattern_info(code, PCRE2_INFO_MINLENGTH, &min_length);
+    uint32_t first_type = 0;
+    pcre2_pattern_info(code, PCRE2_INFO_FIRSTCODETYPE, &first_type);
+    if (first_type == 1) {
+      uint32_t unit = 0;
+      pcre2_pattern_info(code, PCRE2_INFO_FIRSTCODEUNIT, &unit);
+      // Only an ASCII non-letter: a caseless letter could start with its
+      // other case.
+      const bool letter = (unit | 0x20) >= 'a' && (unit | 0x20) <= 'z';
+      if (unit < 0x80 && !letter) {
+        first[unit >> 3] = static_cast<uint8_t>(1u << (unit & 7));
+        has_first = true;
+      }
+    } else if (first_type == 0) {
+      const uint8_t* bitmap = nullptr;
+      if (pcre2_pattern_info(code, PCRE2_INFO_FIRSTBITMAP, &bitmap) == 0 && bitmap) {
+        std::memcpy(first, bitmap, sizeof first);
+        has_first = true;
+      }
+    }
+  }
+
+  // Whether no match can lie in piece p.
+  bool cannot_match(const unsigned char* p, size_t len) const {
+    if (len < min_length) return true;
+    if (!has_first) return false;
+    for (size_t i = 0; i < len; ++i)
+      if (first[p[i] >> 3] & (1u << (p[i] & 7))) return false;
+    return true;
+  }
 };
 
 PreTokenizer::~PreTokenizer() = default;
@@ -235,7 +275,7 @@ std::vector<std::string> PreTokenizer::names() {
   return out;
 }
 
-std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view pre) {
+std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view pre, bool use_jit) {
   const Family* f = find_family(pre);
   if (!f)
     raise(Status::Unsupported, "pre-tokenizer '%.*s' (tokenizer.ggml.pre) is not supported",
@@ -255,8 +295,9 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view pre) {
     if (!re->code)
       raise(Status::Internal, "pre-tokenizer '%s': regex error at %zu: %s", f->info.family.c_str(),
             static_cast<size_t>(err_offset), pcre2_message(err).c_str());
-    re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
-    if (!re->jit)
+    re->jit = use_jit && pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
+    re->analyse();
+    if (use_jit && !re->jit)
       log(LogLevel::Debug, "pre-tokenizer '%s': PCRE2 JIT unavailable, interpreting",
           f->info.family.c_str());
     p->regexes_.push_back(std::move(re));
@@ -279,6 +320,10 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& out) const {
       // The piece is the whole subject: anchors and lookarounds see only it.
       const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + span.first);
       const PCRE2_SIZE len = span.second;
+      if (re->cannot_match(subject, len)) {
+        next.push_back(span);
+        continue;
+      }
       PCRE2_SIZE pos = 0, last = 0;
       while (pos < len) {
         const int rc = re->jit ? pcre2_jit_match(re->code, subject, len, pos, 0, st.md, st.mctx)

@@ -40,7 +40,8 @@ class PreTokenizer {
   // Error(Unsupported) naming the value when `pre` is not a known
   // pre-tokenizer. An empty name is "default" (llama.cpp's choice for files
   // written before the key existed).
-  static std::unique_ptr<PreTokenizer> create(std::string_view pre);
+  // use_jit = false interprets the regexes (for measuring what JIT buys).
+  static std::unique_ptr<PreTokenizer> create(std::string_view pre, bool use_jit = true);
   // Just the facts about a name (no regex compiled); nullopt-like: returns
   // false when the name is unknown.
   static bool lookup(std::string_view pre, PreTokenizerInfo* info);

@@ -74,13 +74,16 @@ class Tokenizer {
   const Vocab& vocab() const { return vocab_; }
   int32_t n_vocab() const { return vocab_.size(); }
 
-  // Text to token ids. add_bos prepends BOS (when the vocabulary has one).
+  // Text to token ids. add_bos prepends BOS (when the vocabulary has one);
+  // EOS is never appended (add_eos is only reported).
   // parse_special: control (and unknown) tokens written literally in the text
   // (e.g. "<s>") become their ids, leftmost-longest match; otherwise they are
-  // plain text. User-defined tokens are always atomic, as in SentencePiece.
-  // Invalid UTF-8 never crashes: as SentencePiece does, each invalid byte is
-  // replaced by U+FFFD before encoding (so it becomes that token or its byte
-  // tokens).
+  // plain text. User-defined tokens are always atomic, as in SentencePiece
+  // and Hugging Face's added tokens.
+  // Invalid UTF-8 never fails or crashes. SPM: as SentencePiece does, each
+  // invalid byte is replaced by U+FFFD before encoding (so it becomes that
+  // token or its byte tokens). Byte-level BPE: invalid bytes are encoded as
+  // their byte tokens, losslessly (decode gives the same bytes back).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_bos,
                                       bool parse_special = false) const = 0;
 
@@ -94,8 +97,11 @@ class Tokenizer {
   // the beginning of the text: from the first normal piece, after any control
   // tokens (BOS); byte tokens are literal. This matches SentencePiece's
   // decoder, so decode(encode(s)) == s for well-formed UTF-8 (leading spaces
-  // included) unless remove_extra_whitespaces is set. Invalid UTF-8 in the
-  // token bytes is passed through unchanged (StreamDecoder replaces it).
+  // included) unless remove_extra_whitespaces is set. Byte-level BPE adds
+  // no prefix and removes none, and applies no "clean up tokenization
+  // spaces": decode(encode(s)) == s unless the vocabulary normalizes s
+  // (NFC). Invalid UTF-8 in the token bytes is passed through unchanged
+  // (StreamDecoder replaces it).
   std::string decode(const std::vector<int32_t>& ids, bool render_special = false) const;
 
   // End of generation: EOS, EOT, or another end-of-generation control token.

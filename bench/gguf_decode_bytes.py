@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Bytes of weights one decode step reads from a GGUF model: every tensor
+except the token embedding (only one row of it is read per token), unless
+the model has no output.weight (tied embeddings: the embedding is the output
+matrix). Standard library only; knows the tensor types libinfer writes."""
+import struct, sys
+
+BLOCK = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+         10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 30: (1, 2),
+         1008: (1, 1), 1032: (32, 20), 1064: (64, 36), 1128: (128, 68)}
+
+def read_value(f, t):
+    fmt = {0: 'B', 1: 'b', 2: 'H', 3: 'h', 4: 'I', 5: 'i', 6: 'f', 7: '?', 10: 'Q', 11: 'q', 12: 'd'}
+    if t in fmt:
+        s = struct.calcsize('<' + fmt[t]); return struct.unpack('<' + fmt[t], f.read(s))[0]
+    if t == 8:
+        n, = struct.unpack('<Q', f.read(8)); return f.read(n)
+    if t == 9:
+        et, n = struct.unpack('<IQ', f.read(12))
+        return [read_value(f, et) for _ in range(n)]
+    raise ValueError('bad gguf value type %d' % t)
+
+def tensors(path):
+    with open(path, 'rb') as f:
+        magic, ver, nt, nkv = struct.unpack('<IIQQ', f.read(24))
+        for _ in range(nkv):
+            n, = struct.unpack('<Q', f.read(8)); f.read(n)
+            t, = struct.unpack('<I', f.read(4)); read_value(f, t)
+        out = []
+        for _ in range(nt):
+            n, = struct.unpack('<Q', f.read(8)); name = f.read(n).decode()
+            nd, = struct.unpack('<I', f.read(4))
+            dims = struct.unpack('<%dQ' % nd, f.read(8 * nd))
+            t, off = struct.unpack('<IQ', f.read(12))
+            count = 1
+            for d in dims: count *= d
+            blk, by = BLOCK[t]
+            out.append((name, dims, t, count // blk * by))
+        return out
+
+def decode_bytes(path):
+    ts = tensors(path)
+    names = {t[0] for t in ts}
+    total = 0
+    for name, dims, t, nbytes in ts:
+        if name == 'token_embd.weight' and 'output.weight' in names:
+            total += nbytes // dims[1]  # one row
+        else:
+            total += nbytes
+    return total
+
+if __name__ == '__main__':
+    print(decode_bytes(sys.argv[1]))

@@ -1,0 +1,380 @@
+// AVX2 + FMA + F16C versions of the op kernels (cpu/ops.h). This file is
+// compiled with -mavx2 -mfma -mf16c; nothing here runs unless cpuid says the
+// CPU has all three (cpu/ops.cpp hands the table out after that check).
+//
+// Every output is computed by the same instruction sequence wherever it sits
+// in a call: tails are padded to a full vector and go through the vector
+// code, and each attention score is reduced with one fixed tree. So results
+// never depend on how rows are batched or split between threads.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/fp16.h"
+#include "cpu/ops.h"
+
+namespace infer::cpu {
+
+namespace {
+
+// Horizontal sum, ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)) in effect.
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  const __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo);
+  lo = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, lo);
+  lo = _mm_add_ss(lo, sh);
+  return _mm_cvtss_f32(lo);
+}
+
+// Lane i of the result is the horizontal sum of a_i, with the same tree for
+// every lane: ((x0+x1)+(x2+x3)) + ((x4+x5)+(x6+x7)).
+inline __m256 hsum8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256 a6, __m256 a7) {
+  // hadd(a, b) = [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]
+  const __m256 t0 = _mm256_hadd_ps(a0, a1), t1 = _mm256_hadd_ps(a2, a3);
+  const __m256 t2 = _mm256_hadd_ps(a4, a5), t3 = _mm256_hadd_ps(a6, a7);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);  // [a0..a3: x0123 | a0..a3: x4567]
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);  // [a4..a7: x0123 | a4..a7: x4567]
+  const __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20);
+  const __m256 hi = _mm256_permute2f128_ps(u0, u1, 0x31);
+  return _mm256_add_ps(lo, hi);
+}
+
+// exp(x) for every lane: x = n ln2 + r with |r| <= ln2/2, exp(r) by its
+// Taylor series to degree 7 (truncation below 1e-8 relative), times 2^n.
+// Results below exp(-87) (near the smallest normal float) are 0, and
+// exp(-inf) is 0; inputs above 88 give exp(88).
+inline __m256 exp256(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // Cody-Waite: ln2 = 0.693359375 (exact in 9 bits) - 2.12194440e-4.
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440054690583e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(underflow, res);
+}
+
+// ---- attention ----
+
+// Scores for one tile of 8 keys (rows r[0..7]) and nq queries.
+template <int HD>
+inline void scores_tile(const float* q, int nq, int64_t qs, const float* const* r, int hd, __m256 vscale, float* s,
+                        int64_t ss, int m) {
+  for (int i = 0; i < nq; ++i) {
+    const float* qi = q + i * qs;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int d = 0; d < (HD ? HD : hd); d += 8) {
+      const __m256 qv = _mm256_loadu_ps(qi + d);
+      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r[0] + d), a0);
+      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r[1] + d), a1);
+      a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r[2] + d), a2);
+      a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r[3] + d), a3);
+      a4 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r[4] + d), a4);
+      a5 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r[5] + d), a5);
+      a6 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r[6] + d), a6);
+      a7 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r[7] + d), a7);
+    }
+    const __m256 sc = _mm256_mul_ps(hsum8(a0, a1, a2, a3, a4, a5, a6, a7), vscale);
+    float* out = s + i * ss;
+    if (m == 8) {
+      _mm256_storeu_ps(out, sc);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, sc);
+      std::memcpy(out, tmp, sizeof(float) * m);
+    }
+  }
+}
+
+// head_dim 8: a key is one vector; the 8 keys of a tile stay in registers
+// for all queries.
+inline void scores_tile8(const float* q, int nq, int64_t qs, const float* const* r, __m256 vscale, float* s, int64_t ss,
+                         int m) {
+  const __m256 k0 = _mm256_loadu_ps(r[0]), k1 = _mm256_loadu_ps(r[1]), k2 = _mm256_loadu_ps(r[2]);
+  const __m256 k3 = _mm256_loadu_ps(r[3]), k4 = _mm256_loadu_ps(r[4]), k5 = _mm256_loadu_ps(r[5]);
+  const __m256 k6 = _mm256_loadu_ps(r[6]), k7 = _mm256_loadu_ps(r[7]);
+  const __m256 z = _mm256_setzero_ps();
+  for (int i = 0; i < nq; ++i) {
+    const __m256 qv = _mm256_loadu_ps(q + i * qs);
+    // fma(q, k, 0): the same rounding as the general loop's first step.
+    const __m256 sc = _mm256_mul_ps(
+        hsum8(_mm256_fmadd_ps(qv, k0, z), _mm256_fmadd_ps(qv, k1, z), _mm256_fmadd_ps(qv, k2, z),
+              _mm256_fmadd_ps(qv, k3, z), _mm256_fmadd_ps(qv, k4, z), _mm256_fmadd_ps(qv, k5, z),
+              _mm256_fmadd_ps(qv, k6, z), _mm256_fmadd_ps(qv, k7, z)),
+        vscale);
+    float* out = s + i * ss;
+    if (m == 8) {
+      _mm256_storeu_ps(out, sc);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, sc);
+      std::memcpy(out, tmp, sizeof(float) * m);
+    }
+  }
+}
+
+template <int HD>
+void scores_hd(const float* q, int nq, int64_t qs, const float* k, int n, int hd, float scale, float* s, int64_t ss) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (int j = 0; j < n; j += 8) {
+    const int m = std::min(8, n - j);
+    // A short tile repeats its last key; the extra scores are not stored.
+    const float* r[8];
+    for (int i = 0; i < 8; ++i) r[i] = k + static_cast<int64_t>(j + std::min(i, m - 1)) * hd;
+    if constexpr (HD == 8) {
+      scores_tile8(q, nq, qs, r, vscale, s + j, ss, m);
+    } else {
+      scores_tile<HD>(q, nq, qs, r, hd, vscale, s + j, ss, m);
+    }
+  }
+}
+
+void attn_scores_avx2(const float* q, int nq, int64_t qs, const float* k, int n, int hd, float scale, float* s,
+                      int64_t ss) {
+  if (n <= 0 || nq <= 0) return;
+  switch (hd) {
+    case 8: return scores_hd<8>(q, nq, qs, k, n, hd, scale, s, ss);
+    case 16: return scores_hd<16>(q, nq, qs, k, n, hd, scale, s, ss);
+    case 32: return scores_hd<32>(q, nq, qs, k, n, hd, scale, s, ss);
+    case 64: return scores_hd<64>(q, nq, qs, k, n, hd, scale, s, ss);
+    case 128: return scores_hd<128>(q, nq, qs, k, n, hd, scale, s, ss);
+    default:
+      break;
+  }
+  if (hd % 8 == 0) return scores_hd<0>(q, nq, qs, k, n, hd, scale, s, ss);
+  // Odd head sizes: plain dot products, four partial sums.
+  for (int i = 0; i < nq; ++i)
+    for (int j = 0; j < n; ++j) {
+      const float* a = q + i * qs;
+      const float* b = k + static_cast<int64_t>(j) * hd;
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      int d = 0;
+      for (; d + 4 <= hd; d += 4) {
+        s0 += a[d] * b[d];
+        s1 += a[d + 1] * b[d + 1];
+        s2 += a[d + 2] * b[d + 2];
+        s3 += a[d + 3] * b[d + 3];
+      }
+      for (; d < hd; ++d) s0 += a[d] * b[d];
+      s[i * ss + j] = ((s0 + s1) + (s2 + s3)) * scale;
+    }
+}
+
+// o[0 .. 8*NV) += sum_j p[j] * v[j*hd + (0 .. 8*NV)]. U interleaved sets of
+// NV accumulators (key j goes to set j % U) keep U*NV multiply-adds in
+// flight, enough to hide their latency for small head sizes; the sets are
+// added in a fixed tree at the end.
+template <int NV, int U>
+inline void accum_block(const float* p, const float* v, int n, int64_t hd, float* o) {
+  __m256 acc[U][NV];
+  for (int r = 0; r < U; ++r)
+    for (int u = 0; u < NV; ++u) acc[r][u] = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + U <= n; j += U)
+    for (int r = 0; r < U; ++r) {
+      const __m256 w = _mm256_set1_ps(p[j + r]);
+      const float* vj = v + (j + r) * hd;
+      for (int u = 0; u < NV; ++u) acc[r][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * u), acc[r][u]);
+    }
+  for (int r = 0; j < n; ++j, ++r) {
+    const __m256 w = _mm256_set1_ps(p[j]);
+    const float* vj = v + j * hd;
+    for (int u = 0; u < NV; ++u) acc[r][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vj + 8 * u), acc[r][u]);
+  }
+  for (int u = 0; u < NV; ++u) {
+    __m256 sum = acc[0][u];
+    if constexpr (U == 2) sum = _mm256_add_ps(acc[0][u], acc[1][u]);
+    if constexpr (U == 4)
+      sum = _mm256_add_ps(_mm256_add_ps(acc[0][u], acc[1][u]), _mm256_add_ps(acc[2][u], acc[3][u]));
+    if constexpr (U == 8)
+      sum = _mm256_add_ps(
+          _mm256_add_ps(_mm256_add_ps(acc[0][u], acc[1][u]), _mm256_add_ps(acc[2][u], acc[3][u])),
+          _mm256_add_ps(_mm256_add_ps(acc[4][u], acc[5][u]), _mm256_add_ps(acc[6][u], acc[7][u])));
+    _mm256_storeu_ps(o + 8 * u, _mm256_add_ps(_mm256_loadu_ps(o + 8 * u), sum));
+  }
+}
+
+template <int NV, int U>
+void accum_nv(const float* p, int nq, int64_t ps, const float* v, int n, int hd, float* o, int64_t os) {
+  for (int i = 0; i < nq; ++i)
+    for (int d = 0; d < hd; d += 8 * NV) accum_block<NV, U>(p + i * ps, v + d, n, hd, o + i * os + d);
+}
+
+void attn_accum_avx2(const float* p, int nq, int64_t ps, const float* v, int n, int hd, float* o, int64_t os) {
+  if (n <= 0 || nq <= 0) return;
+  if (hd % 64 == 0) return accum_nv<8, 1>(p, nq, ps, v, n, hd, o, os);
+  if (hd % 32 == 0) return accum_nv<4, 2>(p, nq, ps, v, n, hd, o, os);
+  if (hd % 16 == 0) return accum_nv<2, 4>(p, nq, ps, v, n, hd, o, os);
+  if (hd % 8 == 0) return accum_nv<1, 8>(p, nq, ps, v, n, hd, o, os);
+  for (int i = 0; i < nq; ++i) {
+    float* oi = o + i * os;
+    for (int j = 0; j < n; ++j) {
+      const float w = p[i * ps + j];
+      const float* vj = v + static_cast<int64_t>(j) * hd;
+      for (int d = 0; d < hd; ++d) oi[d] += w * vj[d];
+    }
+  }
+}
+
+float exp_sum_avx2(float* x, int n, float* max) {
+  // The maximum (exact in any order), then the numerators.
+  __m256 mx = _mm256_set1_ps(x[0]);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  float m = _mm_cvtss_f32(m4);
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  *max = m;
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (i < n) {
+    alignas(32) float tmp[8];
+    for (int j = 0; j < 8; ++j) tmp[j] = i + j < n ? x[i + j] : -INFINITY;  // exp(-inf) adds 0
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_load_ps(tmp), vm));
+    _mm256_store_ps(tmp, e);
+    acc = _mm256_add_ps(acc, e);
+    std::memcpy(x + i, tmp, sizeof(float) * (n - i));
+  }
+  return hsum(acc);
+}
+
+void i8_rows_to_f32_avx2(const int8_t* src, const float* scales, int rows, int hd, float* dst) {
+  for (int r = 0; r < rows; ++r) {
+    const int8_t* s = src + static_cast<int64_t>(r) * hd;
+    float* o = dst + static_cast<int64_t>(r) * hd;
+    const float sc = scales[r];
+    const __m256 vs = _mm256_set1_ps(sc);
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + d));
+      _mm256_storeu_ps(o + d, _mm256_mul_ps(vs, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b))));
+    }
+    for (; d < hd; ++d) o[d] = sc * static_cast<float>(s[d]);  // the same single rounding
+  }
+}
+
+void f32_to_f16_avx2(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) dst[i] = f32_to_fp16(src[i]);  // exact rounding both ways
+}
+
+// ---- rows and elementwise ----
+
+void rms_norm_avx2(const float* x, const float* w, int64_t n, float eps, float* y) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    const __m256 x2 = _mm256_loadu_ps(x + i + 16), x3 = _mm256_loadu_ps(x + i + 24);
+    a0 = _mm256_fmadd_ps(x0, x0, a0);
+    a1 = _mm256_fmadd_ps(x1, x1, a1);
+    a2 = _mm256_fmadd_ps(x2, x2, a2);
+    a3 = _mm256_fmadd_ps(x3, x3, a3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x0 = _mm256_loadu_ps(x + i);
+    a0 = _mm256_fmadd_ps(x0, x0, a0);
+  }
+  float ss = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  for (; i < n; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+  const __m256 vs = _mm256_set1_ps(scale);
+  i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(w + i), _mm256_mul_ps(vs, _mm256_loadu_ps(x + i))));
+  for (; i < n; ++i) y[i] = w[i] * (scale * x[i]);
+}
+
+inline __m256 silu_mul(__m256 g, __m256 u) {
+  const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {  // the tail through the same vector code
+    alignas(32) float g[8] = {}, u[8] = {};
+    std::memcpy(g, gate + i, sizeof(float) * (n - i));
+    std::memcpy(u, up + i, sizeof(float) * (n - i));
+    _mm256_store_ps(g, silu_mul(_mm256_load_ps(g), _mm256_load_ps(u)));
+    std::memcpy(out + i, g, sizeof(float) * (n - i));
+  }
+}
+
+void add_avx2(float* x, const float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) x[i] += y[i];
+}
+
+void rope_avx2(float* v, const float* cs, int half, bool neox) {
+  int i = 0;
+  if (!neox) {
+    // Four pairs per vector: v = [a0 b0 a1 b1 ..], cs = [c0 s0 c1 s1 ..].
+    const __m256 sign = _mm256_setr_ps(-0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f, -0.0f, 0.0f);
+    for (; i + 4 <= half; i += 4) {
+      const __m256 x = _mm256_loadu_ps(v + 2 * i), t = _mm256_loadu_ps(cs + 2 * i);
+      const __m256 c = _mm256_moveldup_ps(t);                      // c c
+      const __m256 s = _mm256_xor_ps(_mm256_movehdup_ps(t), sign);  // -s s
+      const __m256 sw = _mm256_permute_ps(x, 0xB1);                // b a
+      // (a c - b s, b c + a s)
+      _mm256_storeu_ps(v + 2 * i, _mm256_add_ps(_mm256_mul_ps(x, c), _mm256_mul_ps(sw, s)));
+    }
+  } else {
+    for (; i + 8 <= half; i += 8) {
+      const __m256 t0 = _mm256_loadu_ps(cs + 2 * i), t1 = _mm256_loadu_ps(cs + 2 * i + 8);
+      // De-interleave [c s] pairs: shuffle within lanes, then fix the lane order.
+      const __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(t0, t1, 0x88)), 0xD8));
+      const __m256 s = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(t0, t1, 0xDD)), 0xD8));
+      const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + half + i);
+      _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+      _mm256_storeu_ps(v + half + i, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
+    }
+  }
+  for (; i < half; ++i) {
+    const int ia = neox ? i : 2 * i;
+    const int ib = neox ? i + half : 2 * i + 1;
+    const float a = v[ia], b = v[ib], c = cs[2 * i], s = cs[2 * i + 1];
+    v[ia] = a * c - b * s;
+    v[ib] = a * s + b * c;
+  }
+}
+
+}  // namespace
+
+// Constant-initialized: taking its address runs no AVX2 code.
+extern const OpKernels kAvx2OpKernels;
+const OpKernels kAvx2OpKernels{"avx2",          attn_scores_avx2, attn_accum_avx2, exp_sum_avx2,
+                               i8_rows_to_f32_avx2, f32_to_f16_avx2,  rms_norm_avx2,   swiglu_avx2,
+                               add_avx2,        rope_avx2};
+
+}  // namespace infer::cpu

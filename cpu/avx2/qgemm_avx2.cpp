@@ -1,0 +1,586 @@
+// AVX2 + FMA + F16C matmul kernels for every weight format. Compiled with
+// -mavx2 -mfma -mf16c; only called when cpuid says the CPU has them.
+//
+// Three families:
+//  - Panels (Q4_0, INT4_G*, Q8_0, W8A8; layouts in cpu/qmatmul.h): 8 weight
+//    rows sit in the 8 dword lanes of a register, 4 consecutive values of
+//    each, so one broadcast dword of int8 activations multiplies all 8 rows
+//    at once (maddubs), and the per-block scale of the 8 rows is one vector.
+//  - Block formats in their file layout (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K):
+//    one weight row at a time against up to 4 activation rows; each 32-value
+//    unit is decoded once to unsigned bytes and multiplied with int8
+//    activations (maddubs + madd), then scaled in f32.
+//  - Float formats (F32, F16, BF16): dot products for small m; for larger m
+//    a 16-row panel converted to f32 and transposed ([k][16]) feeds a
+//    4 x 16 FMA micro-kernel.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "core/fp16.h"
+#include "cpu/qmatmul.h"
+
+namespace infer::cpu {
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+inline int hsum_i32(__m256i v) {
+  __m128i lo = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0x4e));
+  lo = _mm_add_epi32(lo, _mm_shuffle_epi32(lo, 0xb1));
+  return _mm_cvtsi128_si32(lo);
+}
+
+inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline __m256i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// (A function, not a global: a global's initializer could run AVX2 code at start-up.)
+inline __m256i ones16() { return _mm256_set1_epi16(1); }
+
+// ---- activations: int8 per block -------------------------------------------------------
+
+// Quantizes 32 floats with the multiplier id; returns the 32 int8 values and adds Σq to *sum.
+inline __m256i quant32(const float* x, __m256 id, __m256i* sum) {
+  const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+  const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
+  const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
+  const __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
+  *sum = _mm256_add_epi32(*sum, _mm256_add_epi32(_mm256_add_epi32(a, b), _mm256_add_epi32(c, d)));
+  const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  const __m256i q = _mm256_packs_epi16(ab, cd);
+  return _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+}  // namespace
+
+void quantize_acts_avx2(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
+                        float* xs) {
+  thread_local std::vector<float> padded;
+  if (n != n_pad) {  // a row whose length is not a multiple of 32: work on a zero-padded copy
+    padded.assign(static_cast<size_t>(n_pad), 0.0f);
+    std::memcpy(padded.data(), x, sizeof(float) * n);
+    x = padded.data();
+  }
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b0 = 0, bi = 0; b0 < n_pad; b0 += block, ++bi) {
+    __m256 mx = _mm256_setzero_ps();
+    for (int64_t k = b0; k < b0 + block; k += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float scale = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+    __m256i sum = _mm256_setzero_si256();
+    for (int64_t k = b0; k < b0 + block; k += 32) {
+      const __m256i v = quant32(x + k, id, &sum);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), v);
+      if (u) _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + k), _mm256_xor_si256(v, _mm256_set1_epi8(-128)));
+    }
+    d[bi] = scale;
+    xs[bi] = scale * static_cast<float>(hsum_i32(sum));
+  }
+}
+
+namespace {
+
+// ---- panels: Q4_0 and INT4 (K4) --------------------------------------------------------
+
+// One half (8 rows) of a K4 panel against NX activation rows starting at i0.
+template <int NX, bool HasZ>
+void k4_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, int64_t i0, float* out /*[NX][8]*/) {
+  const int G = P.group;
+  const int bpg = G / 32;
+  const size_t group_bytes = static_cast<size_t>(bpg) * 256 + 32 + (HasZ ? 16 : 0);
+  const int64_t n_groups = P.n_pad / G;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256 acc[NX];
+  for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* gd = panel + g * group_bytes;
+    const __m256 dv =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gd + bpg * 256 + 16 * half)));
+    __m256 mv;  // the offset of each row: -z * d
+    if constexpr (HasZ) {
+      int64_t z8;
+      std::memcpy(&z8, gd + bpg * 256 + 32 + 8 * half, 8);
+      const __m256 zf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8)));
+      mv = _mm256_mul_ps(zf, _mm256_sub_ps(_mm256_setzero_ps(), dv));
+    } else {
+      mv = _mm256_mul_ps(_mm256_set1_ps(-8.0f), dv);
+    }
+    for (int b = 0; b < bpg; ++b) {
+      const int64_t blk = g * bpg + b;  // activation block
+      const uint8_t* wq = gd + b * 256 + 32 * half;
+      __m256i s16[NX];
+      for (int r = 0; r < NX; ++r) s16[r] = _mm256_setzero_si256();
+      for (int s = 0; s < 4; ++s) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 64 * s));
+        const __m256i lo = _mm256_and_si256(v, m4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        for (int r = 0; r < NX; ++r) {
+          const int8_t* xq = qa.row(i0 + r) + blk * 32 + 8 * s;
+          // Each i16 lane sums at most 8 products of 15 * 127 twice: no saturation.
+          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(lo, bcast32(xq)));
+          s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(hi, bcast32(xq + 4)));
+        }
+      }
+      for (int r = 0; r < NX; ++r) {
+        const int64_t ai = (i0 + r) * qa.nb + blk;
+        const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r], ones16()));
+        acc[r] = _mm256_fmadd_ps(f, _mm256_mul_ps(dv, _mm256_set1_ps(qa.d[ai])), acc[r]);
+        acc[r] = _mm256_fmadd_ps(mv, _mm256_set1_ps(qa.xs[ai]), acc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < NX; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
+}
+
+// ---- panels: Q8_0 and W8A8 (K8) --------------------------------------------------------
+
+template <int NX, bool PerRow>
+void k8_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, int64_t i0, float* out) {
+  const int64_t nb = P.n_pad / 32;
+  const size_t head = PerRow ? 128 : 0;
+  const size_t block_bytes = PerRow ? 512 : 544;
+  __m256 acc[NX];
+  __m256i s32[NX];
+  for (int r = 0; r < NX; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    s32[r] = _mm256_setzero_si256();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* bd = panel + head + b * block_bytes;
+    for (int s = 0; s < 8; ++s) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s + 32 * half));
+      const __m256i av = _mm256_sign_epi8(v, v);  // |w| (as unsigned: -128 -> 128)
+      for (int r = 0; r < NX; ++r) {
+        const __m256i xv = _mm256_sign_epi8(bcast32(qa.row(i0 + r) + 32 * b + 4 * s), v);
+        s32[r] = _mm256_add_epi32(s32[r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, xv), ones16()));
+      }
+    }
+    if constexpr (!PerRow) {
+      const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bd + 512 + 16 * half)));
+      for (int r = 0; r < NX; ++r) {
+        const __m256 sc = _mm256_mul_ps(dv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb + b]));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[r]), sc, acc[r]);
+        s32[r] = _mm256_setzero_si256();
+      }
+    }
+  }
+  if constexpr (PerRow) {
+    const __m256 sv = _mm256_loadu_ps(reinterpret_cast<const float*>(panel) + 8 * half);
+    for (int r = 0; r < NX; ++r)
+      acc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r]), _mm256_mul_ps(sv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb])));
+  }
+  for (int r = 0; r < NX; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
+}
+
+// Walks the panels of rows [r0, r1) and the rows of x in tiles of 4; the
+// half-panel kernel HalfFn<NX> writes NX x 8 results that land in y.
+template <template <int> class Half>
+void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const Panels& P = *a.panels;
+  const int64_t n_out = a.w->n_out;
+  alignas(32) float out[4 * 8];
+  for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
+    const uint8_t* panel = P.panel(p);
+    for (int half = 0; half < 2; ++half) {
+      const int64_t c0 = p * kPanelRows + 8 * half;
+      if (c0 >= r1) break;
+      const int nc = static_cast<int>(std::min<int64_t>(8, r1 - c0));
+      for (int64_t i = 0; i < a.m; i += 4) {
+        const int nx = static_cast<int>(std::min<int64_t>(4, a.m - i));
+        switch (nx) {
+          case 4: Half<4>::run(P, panel, half, *a.qa, i, out); break;
+          case 3: Half<3>::run(P, panel, half, *a.qa, i, out); break;
+          case 2: Half<2>::run(P, panel, half, *a.qa, i, out); break;
+          default: Half<1>::run(P, panel, half, *a.qa, i, out); break;
+        }
+        for (int r = 0; r < nx; ++r) std::memcpy(a.y + (i + r) * n_out + c0, out + 8 * r, sizeof(float) * nc);
+      }
+    }
+  }
+}
+
+template <int NX> struct Q40Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, false>(P, p, h, q, i, o); } };
+template <int NX> struct I4Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, true>(P, p, h, q, i, o); } };
+template <int NX> struct Q80Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k8_half<NX, false>(P, p, h, q, i, o); } };
+template <int NX> struct W8Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k8_half<NX, true>(P, p, h, q, i, o); } };
+
+// ---- block formats in their file layout -------------------------------------------------
+
+// 16 bytes of nibbles -> 32 unsigned bytes: byte j's low nibble is value j,
+// its high nibble value j + 16.
+inline __m256i nibbles32(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i m = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+}
+
+// 32 bits -> 32 bytes: byte j is 0x10 when bit j is set (the 5th bit of Q5 values).
+inline __m256i bit5(uint32_t bits) {
+  const __m256i rep = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(rep, sel), sel);
+  return _mm256_and_si256(on, _mm256_set1_epi8(0x10));
+}
+
+// Accumulates unit u (32 unsigned values q, value = a * q + b) of one weight
+// row into NX activation rows.
+template <int NX>
+struct UnitAcc {
+  __m256 acc[NX];
+  float off[NX];
+  const QActs* qa;
+  int64_t i0;
+  UnitAcc(const QActs* q, int64_t i) : qa(q), i0(i) {
+    for (int r = 0; r < NX; ++r) {
+      acc[r] = _mm256_setzero_ps();
+      off[r] = 0;
+    }
+  }
+  inline void add(int64_t u, __m256i q, float a, float b) {
+    const __m256 av = _mm256_set1_ps(a);
+    for (int r = 0; r < NX; ++r) {
+      const int64_t ai = (i0 + r) * qa->nb + u;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa->row(i0 + r) + 32 * u));
+      const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), ones16());
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(av, _mm256_set1_ps(qa->d[ai])), acc[r]);
+      off[r] += b * qa->xs[ai];
+    }
+  }
+  // Q6_K: signed values w, with one i16 scale per 16 values in sc16 and a common factor a.
+  inline void add_signed(int64_t u, __m256i w, __m256i sc16, float a) {
+    const __m256 av = _mm256_set1_ps(a);
+    const __m256i aw = _mm256_sign_epi8(w, w);
+    for (int r = 0; r < NX; ++r) {
+      const int64_t ai = (i0 + r) * qa->nb + u;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa->row(i0 + r) + 32 * u));
+      const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w)), sc16);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(av, _mm256_set1_ps(qa->d[ai])), acc[r]);
+    }
+  }
+  void finish(float* y, int64_t ldy) const {
+    for (int r = 0; r < NX; ++r) y[r * ldy] = hsum(acc[r]) + off[r];
+  }
+};
+
+// Decoders: call acc.add for every 32-value unit of one row.
+struct DecQ4_1 {
+  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
+    for (int64_t b = 0; b < n / 32; ++b, w += 20) acc.add(b, nibbles32(w + 4), f16(w), f16(w + 2));
+  }
+};
+struct DecQ5_0 {
+  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
+    for (int64_t b = 0; b < n / 32; ++b, w += 22) {
+      uint32_t qh;
+      std::memcpy(&qh, w + 2, 4);
+      const float d = f16(w);
+      acc.add(b, _mm256_or_si256(nibbles32(w + 6), bit5(qh)), d, -16.0f * d);
+    }
+  }
+};
+struct DecQ5_1 {
+  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
+    for (int64_t b = 0; b < n / 32; ++b, w += 24) {
+      uint32_t qh;
+      std::memcpy(&qh, w + 4, 4);
+      acc.add(b, _mm256_or_si256(nibbles32(w + 8), bit5(qh)), f16(w), f16(w + 2));
+    }
+  }
+};
+
+inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *mn = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+template <bool Five>
+struct DecQK {  // Q4_K (Five = false) and Q5_K
+  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
+    const size_t bytes = Five ? 176 : 144;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int64_t s = 0; s < n / 256; ++s, w += bytes) {
+      const float d = f16(w), dmin = f16(w + 2);
+      const uint8_t* qs = w + (Five ? 48 : 16);
+      __m256i qh = _mm256_setzero_si256();
+      if (Five) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if (Five) {
+          const __m256i one = _mm256_set1_epi8(1);
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+        }
+        int sc, mn;
+        scale_min_k4(2 * c, w + 4, &sc, &mn);
+        acc.add(8 * s + 2 * c, lo, d * static_cast<float>(sc), -(dmin * static_cast<float>(mn)));
+        scale_min_k4(2 * c + 1, w + 4, &sc, &mn);
+        acc.add(8 * s + 2 * c + 1, hi, d * static_cast<float>(sc), -(dmin * static_cast<float>(mn)));
+      }
+    }
+  }
+};
+
+struct DecQ6_K {
+  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    for (int64_t s = 0; s < n / 256; ++s, w += 210) {
+      const float d = f16(w + 208);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* ql = w + 64 * h;
+        const __m256i L0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+        const __m256i L1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+        const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
+        const __m256i lows[4] = {_mm256_and_si256(L0, m4), _mm256_and_si256(L1, m4),
+                                 _mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
+                                 _mm256_and_si256(_mm256_srli_epi16(L1, 4), m4)};
+        for (int k = 0; k < 4; ++k) {
+          const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2 * k), m2), 4);
+          const __m256i wv = _mm256_sub_epi8(_mm256_or_si256(lows[k], hb), k32);
+          const int is = 8 * h + 2 * k;
+          const __m256i sc16 = _mm256_set_m128i(_mm_set1_epi16(sc[is + 1]), _mm_set1_epi16(sc[is]));
+          acc.add_signed(8 * s + 4 * h + k, wv, sc16, d);
+        }
+      }
+    }
+  }
+};
+
+template <class Dec>
+void tile_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const WeightView& w = *a.w;
+  const QActs& qa = *a.qa;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wr = w.row(r);
+    for (int64_t i = 0; i < a.m; i += 4) {
+      float* y = a.y + i * w.n_out + r;
+      switch (std::min<int64_t>(4, a.m - i)) {
+        case 4: { UnitAcc<4> acc(&qa, i); Dec::row(wr, w.n_in, acc); acc.finish(y, w.n_out); break; }
+        case 3: { UnitAcc<3> acc(&qa, i); Dec::row(wr, w.n_in, acc); acc.finish(y, w.n_out); break; }
+        case 2: { UnitAcc<2> acc(&qa, i); Dec::row(wr, w.n_in, acc); acc.finish(y, w.n_out); break; }
+        default: { UnitAcc<1> acc(&qa, i); Dec::row(wr, w.n_in, acc); acc.finish(y, w.n_out); break; }
+      }
+    }
+  }
+}
+
+// ---- float formats -------------------------------------------------------------------------
+
+struct LoadF32 {
+  static __m256 load8(const uint8_t* row, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k); }
+  static float at(const uint8_t* row, int64_t k) { return reinterpret_cast<const float*>(row)[k]; }
+};
+struct LoadF16 {
+  static __m256 load8(const uint8_t* row, int64_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+  }
+  static float at(const uint8_t* row, int64_t k) { return f16(row + 2 * k); }
+};
+struct LoadBF16 {
+  static __m256 load8(const uint8_t* row, int64_t k) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static float at(const uint8_t* row, int64_t k) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * k, 2);
+    return bf16_to_f32(h);
+  }
+};
+
+// Dot products of one weight row with NX rows of x.
+template <class L, int NX>
+void float_rows_dot(const uint8_t* wr, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy) {
+  __m256 acc[NX][2];
+  for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m256 w0 = L::load8(wr, k), w1 = L::load8(wr, k + 8);
+    for (int r = 0; r < NX; ++r) {
+      acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + k), acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * ldx + k + 8), acc[r][1]);
+    }
+  }
+  for (; k + 8 <= n; k += 8) {
+    const __m256 w0 = L::load8(wr, k);
+    for (int r = 0; r < NX; ++r) acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + k), acc[r][0]);
+  }
+  for (int r = 0; r < NX; ++r) {
+    float s = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
+    for (int64_t j = k; j < n; ++j) s += L::at(wr, j) * x[r * ldx + j];
+    y[r * ldy] = s;
+  }
+}
+
+template <class L>
+void tile_float_dot(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const WeightView& w = *a.w;
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t i = 0; i < a.m; i += 4) {
+      const float* x = a.x + i * w.n_in;
+      float* y = a.y + i * w.n_out + r;
+      switch (std::min<int64_t>(4, a.m - i)) {
+        case 4: float_rows_dot<L, 4>(w.row(r), x, w.n_in, w.n_in, y, w.n_out); break;
+        case 3: float_rows_dot<L, 3>(w.row(r), x, w.n_in, w.n_in, y, w.n_out); break;
+        case 2: float_rows_dot<L, 2>(w.row(r), x, w.n_in, w.n_in, y, w.n_out); break;
+        default: float_rows_dot<L, 1>(w.row(r), x, w.n_in, w.n_in, y, w.n_out); break;
+      }
+    }
+  }
+}
+
+// 8 x 8 transpose of floats held in r[0..7] (row i of the result = column i).
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// Rows [c0, c0 + 16) of w (zero past n_out) as f32, transposed: dst[k * 16 + j].
+template <class L>
+void convert_panel(const WeightView& w, int64_t c0, float* dst) {
+  const int64_t n = w.n_in;
+  const int valid = static_cast<int>(std::min<int64_t>(16, w.n_out - c0));
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int h = 0; h < 2; ++h) {
+      __m256 r[8];
+      for (int j = 0; j < 8; ++j) {
+        const int row = 8 * h + j;
+        r[j] = row < valid ? L::load8(w.row(c0 + row), k) : _mm256_setzero_ps();
+      }
+      transpose8(r);
+      for (int j = 0; j < 8; ++j) _mm256_store_ps(dst + (k + j) * 16 + 8 * h, r[j]);
+    }
+  }
+  for (; k < n; ++k)
+    for (int j = 0; j < 16; ++j) dst[k * 16 + j] = j < valid ? L::at(w.row(c0 + j), k) : 0.0f;
+}
+
+// y[i][c0 .. c0+16) for NX rows of x against a converted panel.
+template <int NX>
+void float_panel_kernel(const float* panel, int64_t n, const float* x, int64_t ldx, float* out /*[NX][16]*/) {
+  __m256 acc[NX][2];
+  for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < n; ++k) {
+    const __m256 b0 = _mm256_load_ps(panel + 16 * k), b1 = _mm256_load_ps(panel + 16 * k + 8);
+    for (int r = 0; r < NX; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(x + r * ldx + k);
+      acc[r][0] = _mm256_fmadd_ps(xv, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(xv, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < NX; ++r) {
+    _mm256_storeu_ps(out + 16 * r, acc[r][0]);
+    _mm256_storeu_ps(out + 16 * r + 8, acc[r][1]);
+  }
+}
+
+template <class L>
+void tile_float_gemm(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const WeightView& w = *a.w;
+  const int64_t n = w.n_in;
+  struct Buf {
+    float* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf buf;
+  const size_t need = static_cast<size_t>(n) * 16;
+  if (buf.n < need) {
+    std::free(buf.p);
+    buf.p = static_cast<float*>(std::aligned_alloc(64, (need * 4 + 63) / 64 * 64));
+    buf.n = buf.p ? need : 0;
+    if (!buf.p) throw std::bad_alloc();
+  }
+  alignas(32) float out[4 * 16];
+  for (int64_t c0 = r0; c0 < r1; c0 += 16) {
+    convert_panel<L>(w, c0, buf.p);
+    const int nc = static_cast<int>(std::min<int64_t>(16, r1 - c0));
+    for (int64_t i = 0; i < a.m; i += 4) {
+      const int nx = static_cast<int>(std::min<int64_t>(4, a.m - i));
+      const float* x = a.x + i * n;
+      switch (nx) {
+        case 4: float_panel_kernel<4>(buf.p, n, x, n, out); break;
+        case 3: float_panel_kernel<3>(buf.p, n, x, n, out); break;
+        case 2: float_panel_kernel<2>(buf.p, n, x, n, out); break;
+        default: float_panel_kernel<1>(buf.p, n, x, n, out); break;
+      }
+      for (int r = 0; r < nx; ++r) std::memcpy(a.y + (i + r) * w.n_out + c0, out + 16 * r, sizeof(float) * nc);
+    }
+  }
+}
+
+// m at and above which float weights go through converted panels.
+constexpr int64_t kFloatGemmMinRows = 16;
+
+}  // namespace
+
+FormatKernel avx2_format_kernel(DType t, int64_t m) {
+  FormatKernel k;
+  switch (t) {
+    case DType::Q4_0: k.tile = panel_tiles<Q40Half>; k.act_block = 32; k.panels = true; break;
+    case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
+      k.tile = panel_tiles<I4Half>; k.act_block = 32; k.panels = true; break;
+    case DType::Q8_0: k.tile = panel_tiles<Q80Half>; k.act_block = 32; k.panels = true; break;
+    case DType::W8A8: k.tile = panel_tiles<W8Half>; k.act_block = -1; k.panels = true; break;
+    case DType::Q4_1: k.tile = tile_rows<DecQ4_1>; k.act_block = 32; break;
+    case DType::Q5_0: k.tile = tile_rows<DecQ5_0>; k.act_block = 32; break;
+    case DType::Q5_1: k.tile = tile_rows<DecQ5_1>; k.act_block = 32; break;
+    case DType::Q4_K: k.tile = tile_rows<DecQK<false>>; k.act_block = 32; break;
+    case DType::Q5_K: k.tile = tile_rows<DecQK<true>>; k.act_block = 32; break;
+    case DType::Q6_K: k.tile = tile_rows<DecQ6_K>; k.act_block = 32; break;
+    case DType::F32: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadF32> : tile_float_dot<LoadF32>; break;
+    case DType::F16: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadF16> : tile_float_dot<LoadF16>; break;
+    case DType::BF16: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadBF16> : tile_float_dot<LoadBF16>; break;
+    default: break;
+  }
+  return k;
+}
+
+}  // namespace infer::cpu

@@ -1,0 +1,100 @@
+// Internals of the CPU matmul: what the driver (cpu/matmul.cpp) hands the
+// per-ISA kernels (cpu/avx2/, cpu/avx512/), the int8 activation blocks and
+// the repacked weight panels.
+//
+// Kernels compute y[i][r] = x[i] · w[r] for every activation row i and the
+// weight rows [r0, r1) the driver gives them (whole 16-row panels except at
+// the end of the matrix); each thread owns its range of output columns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/backend.h"
+#include "cpu/isa.h"
+
+namespace infer {
+class ThreadPool;
+}
+
+namespace infer::cpu {
+
+// Rows interleaved in one panel of the repacked layouts.
+constexpr int kPanelRows = 16;
+
+// Activations quantized to int8 for the integer kernels. Row i holds n_pad
+// values (zero-padded) in blocks of `block` values (32, or the whole padded
+// row for per-token scales); block b of row i has scale d[i*nb + b] and
+// xs[i*nb + b] = d * Σq (the sum of the block's dequantized values).
+struct QActs {
+  int64_t m = 0, n_pad = 0, block = 32, nb = 0;
+  const int8_t* q = nullptr;
+  const uint8_t* u = nullptr;  // q + 128 as unsigned (for u8 x s8 instructions), when asked for
+  const float* d = nullptr;
+  const float* xs = nullptr;
+  const int8_t* row(int64_t i) const { return q + i * n_pad; }
+  const uint8_t* urow(int64_t i) const { return u + i * n_pad; }
+};
+
+// Weight rows repacked into panels of kPanelRows interleaved rows (made once
+// per weight and kept in its WeightCache). Rows past n_out are zero.
+//
+// K4 (Q4_0, INT4_G*): for each group of `group` values: group/32 blocks of
+//   4 steps of 64 bytes; in step s of block b (k0 = first value of the
+//   block + 8s), byte 4r + t holds value k0+t of row r in its low nibble and
+//   value k0+4+t in its high nibble (unsigned q, 0..15). After the blocks:
+//   16 f16 scales d (one per row) and, when has_z, 16 u8 zero points
+//   (Q4_0's zero point is 8). w = (q - z) * d.
+// K8 (Q8_0, W8A8): for each block of 32 values, 8 steps of 64 bytes; in step
+//   s, byte 4r + t is int8 value 32b + 4s + t of row r. Q8_0 (group 32): each
+//   block is followed by 16 f16 scales. W8A8 (group 0): the panel starts with
+//   16 f32 row scales and 16 i32 row sums (Σq, for u8 x s8 instructions);
+//   n_pad rounds n_in up to 32 with zeros.
+struct Panels {
+  enum class Kind { K4, K8 } kind = Kind::K4;
+  int64_t n_in = 0, n_out = 0, n_pad = 0, n_panels = 0;
+  int group = 32;
+  bool has_z = false;
+  size_t panel_bytes = 0;
+  std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, nullptr};
+  const uint8_t* panel(int64_t p) const { return data.get() + static_cast<size_t>(p) * panel_bytes; }
+};
+
+// Makes the panels of w (Q4_0, INT4_G*, Q8_0, W8A8), on the pool's threads
+// when one is given.
+std::shared_ptr<Panels> pack_panels(const WeightView& w, ThreadPool* pool);
+
+struct MatmulArgs {
+  const WeightView* w = nullptr;
+  const Panels* panels = nullptr;  // repacked weights, when the kernel asked for them
+  const float* x = nullptr;        // [m][n_in]
+  const QActs* qa = nullptr;       // int8 activations, when the kernel asked for them
+  float* y = nullptr;              // [m][n_out]
+  int64_t m = 0;
+};
+
+// Computes y[i][r] for all i < m and r in [r0, r1).
+using TileFn = void (*)(const MatmulArgs& a, int64_t r0, int64_t r1);
+
+struct FormatKernel {
+  TileFn tile = nullptr;  // nullptr: this ISA has no kernel for the format
+  int act_block = 0;      // 0: f32 activations; 32: int8 per 32 values; -1: int8 per row
+  bool act_u8 = false;    // also wants QActs::u
+  bool panels = false;    // works on pack_panels() output
+};
+
+// Kernel tables of each ISA (cpu/avx2/qgemm_avx2.cpp, cpu/avx512/qgemm_avx512.cpp).
+FormatKernel avx2_format_kernel(DType t, int64_t m);
+FormatKernel avx512_format_kernel(DType t, int64_t m);
+
+// Quantizes one row of n floats into int8 blocks of `block` values (n_pad
+// values written, the tail zero). u may be nullptr.
+using QuantizeActsFn = void (*)(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u,
+                                float* d, float* xs);
+void quantize_acts_scalar(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
+                          float* xs);
+void quantize_acts_avx2(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
+                        float* xs);
+
+}  // namespace infer::cpu

@@ -1,0 +1,128 @@
+// infer quantize / infer synth: model quantization (RTN, GPTQ, AWQ) and
+// synthetic models of real shapes, through the C API's quantization section.
+#include <chrono>
+#include <unistd.h>
+
+#include "cli.h"
+
+namespace cli {
+namespace {
+
+// A progress bar on stderr, redrawn at most every 100 ms (only on a terminal;
+// otherwise one line per 10%).
+struct Progress {
+  std::chrono::steady_clock::time_point last{};
+  int last_decile = -1;
+  bool tty = isatty(2) != 0;
+  bool drawn = false;
+  static void cb(double f, const char* what, void* user) { static_cast<Progress*>(user)->update(f, what); }
+  void update(double f, const char* what) {
+    const auto now = std::chrono::steady_clock::now();
+    if (tty) {
+      if (f < 1.0 && now - last < std::chrono::milliseconds(100)) return;
+      last = now;
+      const int width = 30, filled = static_cast<int>(f * width + 0.5);
+      std::fprintf(stderr, "\r[%.*s%.*s] %3d%% %-40.40s", filled, "##############################", width - filled,
+                   "..............................", static_cast<int>(f * 100 + 0.5), what);
+      drawn = true;
+      if (f >= 1.0) {
+        std::fputc('\n', stderr);
+        drawn = false;
+      }
+    } else {
+      const int decile = static_cast<int>(f * 10);
+      if (decile == last_decile) return;
+      last_decile = decile;
+      std::fprintf(stderr, "%3d%% %s\n", decile * 10, what);
+    }
+  }
+  static void note(const char* msg, void* user) {
+    Progress* p = static_cast<Progress*>(user);
+    if (p->drawn) std::fputc('\n', stderr);
+    p->drawn = false;
+    std::fprintf(stderr, "note: %s\n", msg);
+  }
+};
+
+int cmd_quantize(int argc, char** argv) {
+  Args a(argc, argv, 2, {"--method", "--calib", "--group", "--threads", "-t", "--calib-ctx", "--calib-tokens", "--damp"},
+         {"--act-order", "--quiet"});
+  const auto& pos = a.positionals();
+  if (pos.size() != 3)
+    throw UsageError{"usage: infer quantize IN.gguf OUT.gguf TYPE [--method rtn|gptq|awq] [--calib FILE] [--group N] "
+                     "[--threads N]"};
+  infer_quantize_params p;
+  infer_quantize_params_init(&p);
+  p.type = pos[2].c_str();
+  p.group_size = static_cast<int32_t>(a.get_int("--group", "--group", 128, 1, 1 << 20));
+  const std::string method = a.get("--method", "rtn");
+  if (method == "rtn") p.method = INFER_QUANT_RTN;
+  else if (method == "gptq") p.method = INFER_QUANT_GPTQ;
+  else if (method == "awq") p.method = INFER_QUANT_AWQ;
+  else throw UsageError{"--method must be rtn, gptq or awq, not '" + method + "'"};
+  std::string calib;
+  if (a.has("--calib")) calib = read_file(a.get("--calib"));
+  if (p.method != INFER_QUANT_RTN && calib.empty()) throw UsageError{"--method " + method + " needs --calib FILE"};
+  p.calib_text = calib.empty() ? nullptr : calib.c_str();
+  p.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
+  p.calib_ctx = static_cast<int32_t>(a.get_int("--calib-ctx", "--calib-ctx", 256, 2, 1 << 20));
+  p.max_calib_tokens = static_cast<int32_t>(a.get_int("--calib-tokens", "--calib-tokens", 8192, 2, 1 << 24));
+  p.gptq_damp = static_cast<float>(a.get_float("--damp", 0.01));
+  p.act_order = a.flag("--act-order") ? 1 : 0;
+  Progress prog;
+  if (!a.flag("--quiet")) {
+    p.progress = Progress::cb;
+    p.progress_user = &prog;
+  }
+  p.note = Progress::note;
+  p.note_user = &prog;
+  infer_quantize_result r;
+  std::memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  check(infer_quantize(pos[0].c_str(), pos[1].c_str(), &p, &r), "quantizing");
+  std::fprintf(stderr, "wrote %s: %lld tensors, %lld quantized (%lld fell back), %.1f MiB -> %.1f MiB\n",
+               pos[1].c_str(), (long long)r.n_tensors, (long long)r.n_quantized, (long long)r.n_fallback,
+               r.bytes_in / 1048576.0, r.bytes_out / 1048576.0);
+  return 0;
+}
+
+int cmd_synth(int argc, char** argv) {
+  Args a(argc, argv, 2, {"--preset", "--type", "-o", "--output", "--group", "--seed", "--threads", "-t"},
+         {"--list", "--quiet"});
+  if (a.flag("--list")) {
+    for (int32_t i = 0; const char* n = infer_synth_preset_name(i); ++i) std::printf("%s\n", n);
+    return 0;
+  }
+  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
+  if (!a.has("--preset") || (!a.has("-o") && !a.has("--output")))
+    throw UsageError{"usage: infer synth --preset NAME --type TYPE -o OUT.gguf [--group N] [--seed N] [--threads N]"};
+  const std::string preset = a.get("--preset"), type = a.get("--type", "f16"), out = a.get2("-o", "--output");
+  infer_synth_params p;
+  infer_synth_params_init(&p);
+  p.preset = preset.c_str();
+  p.type = type.c_str();
+  p.group_size = static_cast<int32_t>(a.get_int("--group", "--group", 128, 1, 1 << 20));
+  p.seed = static_cast<uint64_t>(a.get_int("--seed", "--seed", 1, 0, INT64_MAX));
+  p.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
+  Progress prog;
+  if (!a.flag("--quiet")) {
+    p.progress = Progress::cb;
+    p.progress_user = &prog;
+  }
+  p.note = Progress::note;
+  p.note_user = &prog;
+  uint64_t bytes = 0;
+  check(infer_synth(out.c_str(), &p, &bytes), "writing the synthetic model");
+  std::fprintf(stderr, "wrote %s (%s, %s): %.1f MiB\n", out.c_str(), preset.c_str(), type.c_str(), bytes / 1048576.0);
+  return 0;
+}
+
+const Register kQuantize{{"quantize", "IN.gguf OUT.gguf TYPE [--method rtn|gptq|awq] [--calib FILE] [--group N]\n"
+                                     "              [--threads N] [--act-order] [--damp F] [--calib-ctx N] [--quiet]\n"
+                                     "              TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k f16 bf16 w8a8 int4",
+                          cmd_quantize}};
+const Register kSynth{{"synth", "--preset NAME --type TYPE -o OUT.gguf [--group N] [--seed N] [--threads N] | --list",
+                       cmd_synth}};
+
+}  // namespace
+}  // namespace cli

@@ -1,0 +1,201 @@
+// The C API of quantization, synthetic models and perplexity against a base
+// model: argument checks and error translation around lib/quant/quantize.h,
+// lib/model/synth.h and lib/engine/tools.h.
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "core/error.h"
+#include "engine/tools.h"
+#include "infer/infer.h"
+#include "model/model.h"
+#include "model/synth.h"
+#include "quant/formats.h"
+#include "quant/quantize.h"
+
+// Defined in c_api.cpp.
+namespace infer::api {
+infer_status fail(infer_status s, const std::string& msg);
+const infer::Model& model_of(const infer_model* m);
+}  // namespace infer::api
+
+namespace {
+
+using infer::api::fail;
+
+template <typename F>
+infer_status guarded(F&& fn) {
+  try {
+    return fn();
+  } catch (const infer::Error& e) {
+    return fail(static_cast<infer_status>(e.status()), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(INFER_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(INFER_ERR_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(INFER_ERR_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+// struct_size must cover the first field after it and at most twice ours.
+template <typename T>
+bool size_ok(const T* p) {
+  return p && p->struct_size >= sizeof(uint32_t) + 4 && p->struct_size <= sizeof(T) * 2;
+}
+
+template <typename T>
+T read_params(const T* p, void (*init)(T*)) {
+  T out;
+  init(&out);
+  if (p) std::memcpy(&out, p, std::min<size_t>(p->struct_size, sizeof(T)));
+  out.struct_size = sizeof(T);
+  return out;
+}
+
+template <typename T>
+void write_out(T* dst, const T& src) {
+  const uint32_t n = std::min<uint32_t>(dst->struct_size, sizeof(T));
+  std::memcpy(dst, &src, n);
+  dst->struct_size = n;
+}
+
+infer::DType parse_type(const char* name, int32_t group) {
+  infer::DType t;
+  if (!name || !infer::parse_quant_type(name, group, &t))
+    infer::raise(infer::Status::InvalidArgument,
+                 "unknown weight format '%s' (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16, f32, w8a8, "
+                 "int4 with group 32/64/128)",
+                 name ? name : "(null)");
+  return t;
+}
+
+}  // namespace
+
+extern "C" {
+
+void infer_quantize_params_init(infer_quantize_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->type = "q4_0";
+  p->group_size = 128;
+  p->method = INFER_QUANT_RTN;
+  p->calib_ctx = 256;
+  p->max_calib_tokens = 8192;
+  p->gptq_damp = 0.01f;
+}
+
+infer_status infer_quantize(const char* in_path, const char* out_path, const infer_quantize_params* params,
+                            infer_quantize_result* result) {
+  if (!in_path || !out_path) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_quantize: paths must not be NULL");
+  if (params && !size_ok(params)) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_quantize: params->struct_size is wrong");
+  if (result && !size_ok(result)) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_quantize: result->struct_size is wrong");
+  const infer_quantize_params p = read_params(params, infer_quantize_params_init);
+  return guarded([&] {
+    infer::QuantizeOptions o;
+    o.type = parse_type(p.type, p.group_size);
+    if (p.method < INFER_QUANT_RTN || p.method > INFER_QUANT_AWQ)
+      infer::raise(infer::Status::InvalidArgument, "unknown quantization method %d", static_cast<int>(p.method));
+    o.method = static_cast<infer::QuantMethod>(p.method);
+    if (p.calib_text) o.calib_text = p.calib_text;
+    if (p.n_threads < 0 || p.calib_ctx < 2 || p.max_calib_tokens < 2 || !(p.gptq_damp >= 0))
+      infer::raise(infer::Status::InvalidArgument, "infer_quantize: n_threads, calib_ctx, max_calib_tokens or "
+                                                   "gptq_damp out of range");
+    o.n_threads = p.n_threads;
+    o.calib_ctx = p.calib_ctx;
+    o.max_calib_tokens = p.max_calib_tokens;
+    o.gptq_damp = p.gptq_damp;
+    o.act_order = p.act_order != 0;
+    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.progress_user); };
+    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.note_user); };
+    const infer::QuantizeStats st = infer::quantize_model(in_path, out_path, o);
+    if (result) {
+      infer_quantize_result r;
+      std::memset(&r, 0, sizeof r);
+      r.struct_size = sizeof r;
+      r.n_tensors = st.n_tensors;
+      r.n_quantized = st.n_quantized;
+      r.n_fallback = st.n_fallback;
+      r.bytes_in = st.bytes_in;
+      r.bytes_out = st.bytes_out;
+      write_out(result, r);
+    }
+    return INFER_OK;
+  });
+}
+
+void infer_synth_params_init(infer_synth_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->preset = "tinyllama-1.1b";
+  p->type = "f16";
+  p->group_size = 128;
+  p->seed = 1;
+}
+
+infer_status infer_synth(const char* out_path, const infer_synth_params* params, uint64_t* file_bytes) {
+  if (!out_path) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_synth: out_path must not be NULL");
+  if (params && !size_ok(params)) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_synth: params->struct_size is wrong");
+  const infer_synth_params p = read_params(params, infer_synth_params_init);
+  return guarded([&] {
+    const infer::SynthPreset* preset = p.preset ? infer::find_synth_preset(p.preset) : nullptr;
+    if (!preset) {
+      std::string names;
+      for (const auto& s : infer::synth_presets()) names += std::string(names.empty() ? "" : ", ") + s.name;
+      infer::raise(infer::Status::InvalidArgument, "unknown synth preset '%s' (%s)", p.preset ? p.preset : "(null)",
+                   names.c_str());
+    }
+    infer::SynthOptions o;
+    o.type = parse_type(p.type, p.group_size);
+    o.seed = p.seed;
+    if (p.n_threads < 0) infer::raise(infer::Status::InvalidArgument, "infer_synth: n_threads is negative");
+    o.n_threads = p.n_threads;
+    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.progress_user); };
+    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.note_user); };
+    const uint64_t n = infer::write_synth_model(*preset, out_path, o);
+    if (file_bytes) *file_bytes = n;
+    return INFER_OK;
+  });
+}
+
+const char* infer_synth_preset_name(int32_t index) {
+  const auto& all = infer::synth_presets();
+  return index >= 0 && static_cast<size_t>(index) < all.size() ? all[static_cast<size_t>(index)].name : nullptr;
+}
+
+void infer_perplexity_params_init(infer_perplexity_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+}
+
+infer_status infer_perplexity_ex(infer_model* model, const char* text, const infer_perplexity_params* params,
+                                 infer_perplexity_result* result) {
+  if (!model || !text || !result || !size_ok(result))
+    return fail(INFER_ERR_INVALID_ARGUMENT, "infer_perplexity_ex: NULL argument or wrong result struct_size");
+  if (params && !size_ok(params))
+    return fail(INFER_ERR_INVALID_ARGUMENT, "infer_perplexity_ex: params->struct_size is wrong");
+  const infer_perplexity_params p = read_params(params, infer_perplexity_params_init);
+  return guarded([&] {
+    const infer::Model* base = p.base ? &infer::api::model_of(p.base) : nullptr;
+    const infer::PerplexityResult r =
+        infer::perplexity(infer::api::model_of(model), text, p.n_ctx, p.n_threads, base);
+    infer_perplexity_result o;
+    std::memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.perplexity = r.perplexity;
+    o.nll = r.nll;
+    o.n_tokens = r.n_tokens;
+    o.n_chunks = r.n_chunks;
+    o.kl_divergence = r.kl_divergence;
+    o.top1_agreement = r.top1_agreement;
+    o.base_perplexity = r.base_perplexity;
+    write_out(result, o);
+    return INFER_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,112 @@
+// The C API of quantization, synthetic models and perplexity against a base
+// model (include/infer/infer.h, "quantization" section and infer_perplexity_ex).
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "infer/infer.h"
+#include "test_util.h"
+
+namespace {
+
+struct Calls {
+  int progress = 0;
+  double last = -1;
+  std::vector<std::string> notes;
+  static void on_progress(double f, const char* what, void* u) {
+    Calls* c = static_cast<Calls*>(u);
+    ++c->progress;
+    CHECK(f >= c->last);  // monotone
+    CHECK(what != nullptr);
+    c->last = f;
+  }
+  static void on_note(const char* m, void* u) { static_cast<Calls*>(u)->notes.push_back(m); }
+};
+
+}  // namespace
+
+TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity_ex", "[quant][capi]") {
+  const std::string dir = infer_test::temp_dir();
+  const std::string tiny = dir + "/capi-tiny.gguf";
+
+  infer_synth_params sp;
+  infer_synth_params_init(&sp);
+  CHECK(std::string(sp.preset) == "tinyllama-1.1b");
+  sp.preset = "no-such-model";
+  CHECK(infer_synth(tiny.c_str(), &sp, nullptr) == INFER_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(infer_last_error()).find("tinyllama-1.1b") != std::string::npos);  // lists the presets
+  sp.preset = "tiny";
+  sp.type = "q9_9";
+  CHECK(infer_synth(tiny.c_str(), &sp, nullptr) == INFER_ERR_INVALID_ARGUMENT);
+  sp.type = "f32";
+  Calls calls;
+  sp.progress = Calls::on_progress;
+  sp.progress_user = &calls;
+  uint64_t bytes = 0;
+  REQUIRE(infer_synth(tiny.c_str(), &sp, &bytes) == INFER_OK);
+  CHECK(bytes > 100000);
+  CHECK(calls.progress > 0);
+  CHECK(calls.last == 1.0);
+  CHECK(std::string(infer_synth_preset_name(0)) == "tinyllama-1.1b");
+  CHECK(infer_synth_preset_name(1000) == nullptr);
+
+  infer_quantize_params qp;
+  infer_quantize_params_init(&qp);
+  CHECK(std::string(qp.type) == "q4_0");
+  const std::string q8 = dir + "/capi-q8.gguf", i4 = dir + "/capi-int4.gguf";
+  qp.type = "int4";
+  qp.group_size = 48;
+  CHECK(infer_quantize(tiny.c_str(), i4.c_str(), &qp, nullptr) == INFER_ERR_INVALID_ARGUMENT);
+  qp.group_size = 128;
+  qp.method = INFER_QUANT_GPTQ;  // without calibration text
+  CHECK(infer_quantize(tiny.c_str(), i4.c_str(), &qp, nullptr) == INFER_ERR_INVALID_ARGUMENT);
+  qp.method = INFER_QUANT_RTN;
+  Calls qcalls;
+  qp.note = Calls::on_note;
+  qp.note_user = &qcalls;
+  infer_quantize_result qr;
+  std::memset(&qr, 0, sizeof qr);
+  qr.struct_size = sizeof qr;
+  REQUIRE(infer_quantize(tiny.c_str(), i4.c_str(), &qp, &qr) == INFER_OK);
+  CHECK(qr.n_quantized == 16);  // 2 layers x 7, token_embd and output
+  CHECK(qr.n_fallback > 0);     // 64-wide rows: int4_g128 -> int4_g64
+  CHECK(!qcalls.notes.empty());
+  CHECK(qr.bytes_out < qr.bytes_in);
+  qp.type = "q8_0";
+  REQUIRE(infer_quantize(tiny.c_str(), q8.c_str(), &qp, nullptr) == INFER_OK);
+  CHECK(infer_quantize(tiny.c_str(), tiny.c_str(), &qp, nullptr) == INFER_ERR_INVALID_ARGUMENT);
+  CHECK(infer_quantize(nullptr, q8.c_str(), &qp, nullptr) == INFER_ERR_INVALID_ARGUMENT);
+
+  infer_model *base = nullptr, *model = nullptr;
+  REQUIRE(infer_model_load(tiny.c_str(), nullptr, &base) == INFER_OK);
+  REQUIRE(infer_model_load(q8.c_str(), nullptr, &model) == INFER_OK);
+  const char* text = "once upon a time there was a little synthetic model that liked numbers";
+  infer_perplexity_params pp;
+  infer_perplexity_params_init(&pp);
+  pp.n_threads = 2;
+  infer_perplexity_result r;
+  std::memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  REQUIRE(infer_perplexity_ex(model, text, &pp, &r) == INFER_OK);  // no base: no comparison
+  CHECK(r.perplexity > 1);
+  CHECK(r.kl_divergence == 0);
+  pp.base = base;
+  REQUIRE(infer_perplexity_ex(base, text, &pp, &r) == INFER_OK);  // against itself
+  CHECK(r.kl_divergence == Approx(0).margin(1e-9));
+  CHECK(r.top1_agreement == 1.0);
+  CHECK(r.base_perplexity == Approx(r.perplexity));
+  REQUIRE(infer_perplexity_ex(model, text, &pp, &r) == INFER_OK);
+  CHECK(r.kl_divergence > 0);
+  CHECK(r.kl_divergence < 0.05);
+  CHECK(r.top1_agreement > 0.5);
+  // An old caller's shorter result struct is filled only up to its size.
+  infer_perplexity_result old;
+  std::memset(&old, 0xAB, sizeof old);
+  old.struct_size = offsetof(infer_perplexity_result, kl_divergence);
+  REQUIRE(infer_perplexity_ex(model, text, &pp, &old) == INFER_OK);
+  unsigned char tail[sizeof old - offsetof(infer_perplexity_result, kl_divergence)];
+  std::memcpy(tail, reinterpret_cast<unsigned char*>(&old) + offsetof(infer_perplexity_result, kl_divergence), sizeof tail);
+  for (unsigned char b : tail) CHECK(b == 0xAB);
+  infer_model_free(model);
+  infer_model_free(base);
+}
