@@ -1,3 +1,6 @@
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include "cpu/onednn_matmul.h"
 
 #include <dlfcn.h>
@@ -25,7 +28,12 @@ dnnl::engine& cpu_engine() {
 
 bool has_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool v = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+  // AVX-VNNI is CPUID.(EAX=7,ECX=1):EAX bit 4 (clang has no name for it in __builtin_cpu_supports).
+  static const bool v = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
+    return __builtin_cpu_supports("avx512vnni") || avx_vnni;
+  }();
   return v;
 #else
   return false;
