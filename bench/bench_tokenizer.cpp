@@ -106,6 +106,37 @@ BENCHMARK_CAPTURE(BM_Encode, bpe_gpt2, "ggml-vocab-gpt-2.gguf")->Unit(benchmark:
 BENCHMARK_CAPTURE(BM_Encode, bpe_falcon, "ggml-vocab-falcon.gguf")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Encode, bpe_deepseek_llm, "ggml-vocab-deepseek-llm.gguf")->Unit(benchmark::kMillisecond);
 
+// The same text as prompt-sized calls (about 2 KiB each, cut at newlines):
+// no word cache (it starts at 4 KiB), so this is the per-word cost. The mixed
+// text repeats its paragraphs, which flatters the cache of BM_Encode.
+void BM_EncodePrompts(benchmark::State& state, const char* vocab) {
+  const Tokenizer* tok = tokenizer(vocab);
+  if (!tok) {
+    state.SkipWithError("vocabulary not found in the shared directory");
+    return;
+  }
+  const std::string& text = mixed_text();
+  std::vector<std::string_view> prompts;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find('\n', std::min(text.size(), pos + 2048));
+    end = end == std::string::npos ? text.size() : std::min(end + 1, pos + 4000);
+    prompts.push_back(std::string_view(text).substr(pos, end - pos));
+    pos = end;
+  }
+  for (auto _ : state) {
+    for (std::string_view p : prompts) {
+      std::vector<int32_t> ids = tok->encode(p, false);
+      benchmark::DoNotOptimize(ids.data());
+    }
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(text.size()));
+  state.counters["calls"] = static_cast<double>(prompts.size());
+}
+BENCHMARK_CAPTURE(BM_EncodePrompts, spm_llama, "ggml-vocab-llama-spm.gguf")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EncodePrompts, bpe_gpt2, "ggml-vocab-gpt-2.gguf")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EncodePrompts, bpe_falcon, "ggml-vocab-falcon.gguf")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_EncodePrompts, bpe_deepseek_llm, "ggml-vocab-deepseek-llm.gguf")->Unit(benchmark::kMillisecond);
+
 // The pre-tokenizer alone: the share of BPE time spent in PCRE2.
 void BM_PreTokenize(benchmark::State& state, const char* pre, bool jit) {
   const auto p = PreTokenizer::create(pre, jit);

@@ -2,6 +2,7 @@
 // ../shared/vocab (whatever is there), and synthetic vocabularies built in
 // code for merges, ignore_merges, added tokens and invalid input.
 #include <dirent.h>
+#include <utf8proc.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "infer/infer.h"
 #include "model/gguf.h"
 #include "test_util.h"
 #include "tokenizer/pretokenizer.h"
@@ -167,6 +169,49 @@ TEST_CASE("bpe: test vectors of every vocabulary in ../shared/vocab", "[tokenize
       }
     }
     CHECK(failures == 0);
+  }
+}
+
+TEST_CASE("bpe: test vectors through the C API (vocabulary-only loads)", "[tokenizer][bpe][c_api]") {
+  const std::vector<std::string> files = vocab_files_with_vectors();
+  if (files.empty()) {
+    WARN("SKIPPED: no vocab/*.gguf with .inp/.out in the shared directory");
+    return;
+  }
+  for (const std::string& rel : files) {
+    const std::string path = infer_test::shared_file(rel);
+    INFO("vocabulary " << rel);
+    infer_model_params mp;
+    infer_model_params_init(&mp);
+    mp.vocab_only = 1;
+    infer_model* model = nullptr;
+    REQUIRE(infer_model_load(path.c_str(), &mp, &model) == INFER_OK);
+    const Vectors v = read_vectors(path + ".inp", path + ".out");
+    for (size_t i = 0; i < v.inputs.size(); ++i) {
+      const std::string& text = v.inputs[i];
+      INFO("test " << i << ": '" << text << "'");
+      size_t n = 0;
+      infer_status st = infer_tokenize(model, text.data(), text.size(), 0, 0, nullptr, 0, &n);
+      REQUIRE((st == INFER_OK || st == INFER_ERR_BUFFER_TOO_SMALL));
+      Ids ids(n);
+      REQUIRE(infer_tokenize(model, text.data(), text.size(), 0, 0, ids.data(), ids.size(), &n) == INFER_OK);
+      CHECK(ids_str(ids) == ids_str(v.expected[i]));
+      size_t need = 0;
+      infer_detokenize(model, ids.data(), ids.size(), 0, nullptr, 0, &need);
+      std::string back(need, '\0');
+      REQUIRE(infer_detokenize(model, ids.data(), ids.size(), 0, back.data(), back.size(), &need) == INFER_OK);
+      back.resize(need - 1);
+      // Where the reference round-trips (see the test above); an embedded
+      // NUL would end the C string early.
+      const Tokenizer& tok = shared_tokenizer(path);
+      PreTokenizerInfo info;
+      const bool round_trips = tok.vocab().model == "gpt2"
+                                   ? PreTokenizer::lookup(tok.vocab().pre, &info) &&
+                                         normalize(text, info.normalization) == text
+                                   : !tok.vocab().remove_extra_whitespaces;
+      if (round_trips && text.find('\0') == std::string::npos) CHECK(back == text);
+    }
+    infer_model_free(model);
   }
 }
 
@@ -531,5 +576,36 @@ TEST_CASE("bpe: pre-tokenizers handle long runs without failing", "[tokenizer][b
       for (const auto& s : spans) covered += s.second;
       CHECK(covered == inputs[i].size());
     }
+  }
+}
+
+TEST_CASE("bpe: piecewise normalization equals whole-text NFC/NFKC", "[tokenizer][bpe]") {
+  // normalize() cuts the text into pieces around non-ASCII characters; the
+  // result must equal utf8proc on the whole text.
+  auto whole = [](const std::string& s, bool compat) {
+    utf8proc_uint8_t* dst = nullptr;
+    int opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE | (compat ? UTF8PROC_COMPAT : 0);
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                            static_cast<utf8proc_ssize_t>(s.size()), &dst,
+                                            static_cast<utf8proc_option_t>(opt));
+    REQUIRE(n >= 0);
+    std::string out(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
+    std::free(dst);
+    return out;
+  };
+  // ASCII, combining marks (U+0301, U+0323, U+0308), precomposed letters,
+  // Hangul jamo (compose to syllables), compatibility characters (ﬁ, ½,
+  // full-width A, no-break space), CJK.
+  const std::vector<std::string> alphabet = {
+      "a", "e", "o", " ", "\n", "A", "1", "\xCC\x81", "\xCC\xA3", "\xCC\x88", "\xC3\xA9", "\xE1\x84\x80",
+      "\xE1\x85\xA1", "\xE1\x86\xA8", "\xEF\xAC\x81", "\xC2\xBD", "\xEF\xBC\xA1", "\xC2\xA0", "\xE4\xB8\x96"};
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 16);
+    for (int i = 0; i < n; ++i) s += alphabet[rng() % alphabet.size()];
+    INFO(hex(s));
+    CHECK(normalize(s, Normalization::NFC) == whole(s, false));
+    CHECK(normalize(s, Normalization::NFKC) == whole(s, true));
   }
 }

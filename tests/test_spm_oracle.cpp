@@ -118,12 +118,19 @@ std::vector<std::string> valid_strings() {
   };
   v.push_back(std::string("a\0b", 3));  // NUL is an ordinary character
   v.push_back(std::string("\0", 1));
-  // Long text.
+  // Long texts (4 KiB and more are encoded with a per-call word cache): the
+  // strings so far, joined and repeated, and the stories.
+  std::string joined;
+  for (int rep = 0; rep < 3; ++rep)
+    for (const auto& x : v) joined += x + (rep == 1 ? "\n" : " ");
+  v.push_back(joined);
   const std::string eval = infer_test::shared_file("text/stories-eval.txt");
   if (!eval.empty()) {
     const std::string t = infer_test::read_text(eval);
     v.push_back(t);
     v.push_back(t.substr(0, 1000));
+    const std::string calib = infer_test::shared_file("text/stories-calib.txt");
+    if (!calib.empty()) v.push_back(t + "\n\n" + infer_test::read_text(calib));
   }
   // Random strings: a mix of scripts, with runs of spaces and newlines.
   std::mt19937 rng(1234);

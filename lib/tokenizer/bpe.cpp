@@ -288,7 +288,10 @@ void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out,
     }
     const auto it = seen.find(word);
     if (it != seen.end()) {
-      for (size_t i = 0; i < it->second.second; ++i) out.push_back(out[it->second.first + i]);
+      for (size_t i = 0; i < it->second.second; ++i) {
+        const int32_t id = out[it->second.first + i];
+        out.push_back(id);
+      }
       continue;
     }
     const size_t before = out.size();

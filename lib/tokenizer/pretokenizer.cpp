@@ -289,7 +289,7 @@ std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view pre, bool us
     auto re = std::make_unique<Regex>();
     int err = 0;
     PCRE2_SIZE err_offset = 0;
-    const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_AUTO_CAPTURE | PCRE2_MATCH_INVALID_UTF;
+    const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_AUTO_CAPTURE;
     re->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(expanded.data()), expanded.size(), options,
                              &err, &err_offset, nullptr);
     if (!re->code)
@@ -311,23 +311,53 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& out) const {
   if (text.size() > UINT32_MAX)
     raise(Status::InvalidArgument, "text of %zu bytes is too long to pre-tokenize", text.size());
   MatchState& st = match_state();
-  std::vector<Span> cur{{0, static_cast<uint32_t>(text.size())}};
-  std::vector<Span> next;
+  // Pieces in text order; `raw` pieces are ill-formed UTF-8, which no regex
+  // sees: every subject the matcher gets is valid UTF-8, so no match call
+  // needs to check it (an unchecked call on invalid UTF-8 is undefined, and
+  // a checked one rescans the rest of the subject every time).
+  struct Piece {
+    uint32_t off, len;
+    bool raw;
+  };
+  std::vector<Piece> cur, next;
+  if (utf8_valid(text)) {
+    cur.push_back({0, static_cast<uint32_t>(text.size()), false});
+  } else {
+    size_t run = 0, pos = 0;
+    while (pos < text.size()) {
+      size_t len = 1;
+      if (static_cast<unsigned char>(text[pos]) < 0x80 || utf8_next(text, pos, &len) == Utf8Status::Valid) {
+        pos += len;
+        continue;
+      }
+      if (pos > run) cur.push_back({static_cast<uint32_t>(run), static_cast<uint32_t>(pos - run), false});
+      size_t end = pos + len;  // extend over adjacent ill-formed bytes
+      while (end < text.size()) {
+        size_t l = 1;
+        if (static_cast<unsigned char>(text[end]) < 0x80 || utf8_next(text, end, &l) == Utf8Status::Valid) break;
+        end += l;
+      }
+      cur.push_back({static_cast<uint32_t>(pos), static_cast<uint32_t>(end - pos), true});
+      pos = run = end;
+    }
+    if (run < text.size()) cur.push_back({static_cast<uint32_t>(run), static_cast<uint32_t>(text.size() - run), false});
+  }
   for (const auto& re : regexes_) {
     next.clear();
     next.reserve(cur.size() * 2 + 8);
-    for (const Span& span : cur) {
+    for (const Piece& piece : cur) {
       // The piece is the whole subject: anchors and lookarounds see only it.
-      const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + span.first);
-      const PCRE2_SIZE len = span.second;
-      if (re->cannot_match(subject, len)) {
-        next.push_back(span);
+      const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + piece.off);
+      const PCRE2_SIZE len = piece.len;
+      if (piece.raw || re->cannot_match(subject, len)) {
+        next.push_back(piece);
         continue;
       }
       PCRE2_SIZE pos = 0, last = 0;
       while (pos < len) {
-        const int rc = re->jit ? pcre2_jit_match(re->code, subject, len, pos, 0, st.md, st.mctx)
-                               : pcre2_match(re->code, subject, len, pos, 0, st.md, st.mctx);
+        const int rc =
+            re->jit ? pcre2_jit_match(re->code, subject, len, pos, PCRE2_NO_UTF_CHECK, st.md, st.mctx)
+                    : pcre2_match(re->code, subject, len, pos, PCRE2_NO_UTF_CHECK, st.md, st.mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0)
           raise(Status::Internal, "pre-tokenizer '%s': regex match failed: %s", info_.family.c_str(),
@@ -341,16 +371,17 @@ void PreTokenizer::split(std::string_view text, std::vector<Span>& out) const {
           continue;
         }
         if (ms > last)
-          next.emplace_back(span.first + static_cast<uint32_t>(last), static_cast<uint32_t>(ms - last));
-        next.emplace_back(span.first + static_cast<uint32_t>(ms), static_cast<uint32_t>(me - ms));
+          next.push_back({piece.off + static_cast<uint32_t>(last), static_cast<uint32_t>(ms - last), false});
+        next.push_back({piece.off + static_cast<uint32_t>(ms), static_cast<uint32_t>(me - ms), false});
         last = pos = me;
       }
       if (last < len)
-        next.emplace_back(span.first + static_cast<uint32_t>(last), static_cast<uint32_t>(len - last));
+        next.push_back({piece.off + static_cast<uint32_t>(last), static_cast<uint32_t>(len - last), false});
     }
     cur.swap(next);
   }
-  out.swap(cur);
+  out.reserve(cur.size());
+  for (const Piece& p : cur) out.emplace_back(p.off, p.len);
 }
 
 }  // namespace infer

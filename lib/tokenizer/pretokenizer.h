@@ -11,9 +11,9 @@
 // as the Unicode White_Space set, which is what the reference engines use
 // (PCRE2's own \s also matches U+180E).
 //
-// Invalid UTF-8 never fails: patterns are compiled with
-// PCRE2_MATCH_INVALID_UTF, so ill-formed bytes match nothing and end up in
-// the gaps between matches, where byte-level BPE encodes them losslessly.
+// Invalid UTF-8 never fails: each run of ill-formed bytes is a piece of its
+// own that no regex sees (the regexes only ever match well-formed text), and
+// byte-level BPE encodes it losslessly.
 #pragma once
 
 #include <cstdint>

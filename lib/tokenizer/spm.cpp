@@ -91,6 +91,8 @@ class SpmTokenizer final : public Tokenizer {
   // No mergeable piece has a "▁" right after another character, so text can
   // be merged word by word (true for SentencePiece's whitespace-split models).
   bool split_at_space_ = false;
+  bool has_unused_ = false;                   // some piece has type Unused
+  static constexpr size_t kCacheFrom = 4096;  // texts this long cache words
   TokenTrie special_;  // control and unknown tokens, matched when parse_special
   TokenTrie user_;     // user-defined tokens, always atomic
 };
@@ -121,6 +123,7 @@ SpmTokenizer::SpmTokenizer(Vocab v) : Tokenizer(std::move(v)), piece_id_(vocab_.
   }
   for (int b = 0; b < 256; ++b) byte_fallback_ = byte_fallback_ || byte_id_[b] >= 0;
 
+  has_unused_ = std::find(vocab_.types.begin(), vocab_.types.end(), TokenType::Unused) != vocab_.types.end();
   split_at_space_ = true;
   for (size_t i = 0; i < toks.size() && split_at_space_; ++i) {
     if (!mergeable(static_cast<int32_t>(i))) continue;
@@ -276,38 +279,6 @@ void SpmTokenizer::bpe(std::string_view s, std::vector<int32_t>& out) const {
       unmerge[piece] = {view(sym[l]), view(sym[r])};
   };
 
-  // When no piece can span the start of a run of "▁" (split_at_space_), the
-  // merges on either side of such a point never interact, so each word is
-  // merged on its own: the same result as one pass over the whole text, with
-  // small heaps. Pairs across a segment start are still tried but never found.
-  const size_t n = sym.size();
-  size_t seg_begin = 0;
-  while (seg_begin < n) {
-    size_t seg_end = n;
-    if (split_at_space_) {
-      seg_end = seg_begin + 1;
-      while (seg_end < n && !word_start(s, sym[seg_end].start)) ++seg_end;
-    }
-    for (size_t i = seg_begin + 1; i < seg_end; ++i)
-      try_pair(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
-
-    while (!heap.empty()) {
-      std::pop_heap(heap.begin(), heap.end(), lower);
-      const Pair p = heap.back();
-      heap.pop_back();
-      Symbol& l = sym[p.left];
-      Symbol& r = sym[p.right];
-      if (l.len == 0 || r.len == 0 || l.len + r.len != p.len || l.next != p.right) continue;
-      l.len += r.len;
-      r.len = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[r.next].prev = p.left;
-      try_pair(l.prev, p.left);
-      try_pair(p.left, l.next);
-    }
-    seg_begin = seg_end;
-  }
-
   // Emit, splitting merged Unused pieces back and falling back to bytes.
   auto emit = [&](auto&& self, std::string_view piece) -> void {
     const int32_t id = piece_id_.find(piece);
@@ -335,6 +306,68 @@ void SpmTokenizer::bpe(std::string_view s, std::vector<int32_t>& out) const {
       out.push_back(vocab_.unk);
     }
   };
+
+  // When no piece can span the start of a run of "▁" (split_at_space_), the
+  // merges on either side of such a point never interact, so each word is
+  // merged on its own: the same result as one pass over the whole text, with
+  // small heaps. Pairs across a segment start are still tried but never found.
+  // Long texts also reuse the tokens of words seen before in this call (not
+  // with Unused pieces, whose resegmentation is keyed by text across the
+  // whole input, as in SentencePiece).
+  const size_t n = sym.size();
+  const bool cache = split_at_space_ && !has_unused_ && s.size() >= kCacheFrom;
+  std::unordered_map<std::string_view, std::pair<size_t, size_t>> seen;
+  size_t seg_begin = 0;
+  while (seg_begin < n) {
+    size_t seg_end = n;
+    if (split_at_space_) {
+      seg_end = seg_begin + 1;
+      while (seg_end < n && !word_start(s, sym[seg_end].start)) ++seg_end;
+    }
+    std::string_view word;
+    if (cache) {
+      const size_t b = sym[seg_begin].start, e = seg_end < n ? sym[seg_end].start : s.size();
+      word = s.substr(b, e - b);
+      const auto it = seen.find(word);
+      if (it != seen.end()) {
+        for (size_t i = 0; i < it->second.second; ++i) {
+          const int32_t id = out[it->second.first + i];
+          out.push_back(id);
+        }
+        seg_begin = seg_end;
+        continue;
+      }
+    }
+    for (size_t i = seg_begin + 1; i < seg_end; ++i)
+      try_pair(static_cast<int32_t>(i) - 1, static_cast<int32_t>(i));
+
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), lower);
+      const Pair p = heap.back();
+      heap.pop_back();
+      Symbol& l = sym[p.left];
+      Symbol& r = sym[p.right];
+      if (l.len == 0 || r.len == 0 || l.len + r.len != p.len || l.next != p.right) continue;
+      l.len += r.len;
+      r.len = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[r.next].prev = p.left;
+      try_pair(l.prev, p.left);
+      try_pair(p.left, l.next);
+    }
+    if (cache) {
+      // The segment's first symbol survives its merges; its chain ends at
+      // the next segment's first symbol.
+      const size_t before = out.size();
+      for (int32_t i = static_cast<int32_t>(seg_begin); i >= 0 && static_cast<size_t>(i) < seg_end;
+           i = sym[i].next)
+        emit(emit, view(sym[i]));
+      seen.emplace(word, std::make_pair(before, out.size() - before));
+    }
+    seg_begin = seg_end;
+  }
+  if (cache) return;
+
   for (int32_t i = 0; i >= 0; i = sym[i].next) emit(emit, view(sym[i]));
 }
 

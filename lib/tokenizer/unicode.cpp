@@ -199,6 +199,32 @@ void normalize_run(std::string_view run, Normalization form, std::string& out) {
   out.append(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
 }
 
+// Normalizes well-formed text piecewise: ASCII is invariant, and no ASCII
+// character composes with what precedes it (none is the second of a
+// composition pair), so the text can be cut before any ASCII character that
+// is followed by another one (or ends the text). Only the regions around
+// non-ASCII characters, each with the ASCII character before it (which may
+// compose with a following mark), go through utf8proc.
+void normalize_valid(std::string_view s, Normalization form, std::string& out) {
+  const size_t n = s.size();
+  auto ascii = [&](size_t i) { return static_cast<unsigned char>(s[i]) < 0x80; };
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i;
+    while (j < n && ascii(j)) ++j;
+    if (j == n) {
+      out.append(s.substr(i));
+      return;
+    }
+    const size_t start = j > i ? j - 1 : j;
+    out.append(s.substr(i, start - i));
+    size_t k = j;
+    while (k < n && !(ascii(k) && (k + 1 == n || ascii(k + 1)))) ++k;
+    normalize_run(s.substr(start, k - start), form, out);
+    i = k;
+  }
+}
+
 }  // namespace
 
 std::string normalize(std::string_view s, Normalization form) {
@@ -216,12 +242,12 @@ std::string normalize(std::string_view s, Normalization form) {
       pos += len;
       continue;
     }
-    normalize_run(s.substr(run, pos - run), form, out);
+    normalize_valid(s.substr(run, pos - run), form, out);
     out.append(s.data() + pos, len);  // ill-formed bytes stay as they are
     pos += len;
     run = pos;
   }
-  normalize_run(s.substr(run), form, out);
+  normalize_valid(s.substr(run), form, out);
   return out;
 }
 
