@@ -12,6 +12,8 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <immintrin.h>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -22,34 +24,57 @@
 #include "core/threadpool.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
+#include "cpu/onednn_matmul.h"
 #include "quant/formats.h"
 
 using namespace infer;
 
 namespace {
 
-// Sums a buffer far larger than the caches with every thread of the pool:
-// bytes/s of this loop is the read bandwidth decode is bounded by.
+// Reads a buffer far larger than the caches with every thread of the pool:
+// bytes/s of this loop is the read bandwidth decode is bounded by. Range 1 is
+// the software-prefetch distance in bytes (0: none): one core alone cannot
+// keep enough line fills in flight, so the best of these is the machine's
+// read bandwidth (the GEMV kernels prefetch the same way).
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) int64_t sum_bytes(const uint8_t* p, size_t n, int pf) {
+  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    if (pf) _mm_prefetch(reinterpret_cast<const char*>(p + i) + pf, _MM_HINT_T0);
+    a = _mm256_add_epi64(a, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_add_epi64(b, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    c = _mm256_add_epi64(c, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    d = _mm256_add_epi64(d, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+  return _mm256_extract_epi64(a, 0) + _mm256_extract_epi64(a, 2);
+}
+#else
+int64_t sum_bytes(const uint8_t* p, size_t n, int) {
+  int64_t s = 0;
+  for (size_t i = 0; i < n; i += 8) s += p[i];
+  return s;
+}
+#endif
+
 void BM_ReadBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const size_t n = size_t(1024) << 20 >> 2;  // 1 GiB of floats
-  std::vector<float> buf(n, 1.0f);
+  const int pf = static_cast<int>(state.range(1));
+  const size_t n = size_t(1024) << 20;  // 1 GiB
+  std::unique_ptr<uint8_t, void (*)(void*)> buf(static_cast<uint8_t*>(std::aligned_alloc(64, n)), std::free);
+  std::memset(buf.get(), 1, n);
   ThreadPool pool(threads);
-  const cpu::Kernels& k = cpu::kernels();
-  std::vector<float> ones(4096, 1.0f);
   for (auto _ : state) {
-    std::vector<float> part(threads);
+    std::vector<int64_t> part(threads);
     pool.run([&](int tid, int nth) {
-      const size_t b = n * tid / nth, e = n * (tid + 1) / nth;
-      float s = 0;
-      for (size_t i = b; i < e; i += 4096) s += k.dot_f32(buf.data() + i, ones.data(), std::min<size_t>(4096, e - i));
-      part[tid] = s;
+      const size_t b = n / 64 * tid / nth * 64, e = n / 64 * (tid + 1) / nth * 64;
+      part[tid] = sum_bytes(buf.get() + b, e - b, pf);
     });
     benchmark::DoNotOptimize(part.data());
   }
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n * sizeof(float)));
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n));
 }
-BENCHMARK(BM_ReadBandwidth)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ReadBandwidth)->ArgsProduct({{1, 2}, {0, 1024, 4096, 8192, 16384}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_DotF32(benchmark::State& state) {
   const int64_t n = state.range(0);
@@ -127,9 +152,7 @@ void BM_Gemv(benchmark::State& state, DType t) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(one * mats.size()));
 }
 
-void BM_Gemm(benchmark::State& state, DType t) {
-  const int64_t m = state.range(0);
-  const int threads = static_cast<int>(state.range(1));
+void gemm_body(benchmark::State& state, DType t, int64_t m, int threads) {
   const int64_t n_in = 2048, n_out = 5632;
   Matrix mat = make_matrix(t, n_in, n_out);
   ThreadPool pool(threads);
@@ -146,9 +169,23 @@ void BM_Gemm(benchmark::State& state, DType t) {
                                                  benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+void BM_Gemm(benchmark::State& state, DType t) { gemm_body(state, t, state.range(0), static_cast<int>(state.range(1))); }
+
+// Our int8 / f32 kernels against oneDNN's, per m (policy 0: ours, 1: oneDNN):
+// where the by-shape choice in cpu/onednn_matmul.cpp comes from.
+void BM_GemmPolicy(benchmark::State& state, DType t) {
+  cpu::set_onednn_policy(static_cast<int>(state.range(1)));
+  gemm_body(state, t, state.range(0), static_cast<int>(state.range(2)));
+  cpu::set_onednn_policy(-1);
+}
+BENCHMARK_CAPTURE(BM_GemmPolicy, w8a8, DType::W8A8)
+    ->ArgsProduct({{1, 4, 16, 64, 256}, {0, 1}, {2}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GemmPolicy, f32, DType::F32)
+    ->ArgsProduct({{1, 4, 16, 64, 256}, {0, 1}, {2}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
 #define FORMAT_BENCH(name, type)                                                                      \
   BENCHMARK_CAPTURE(BM_Gemv, name, type)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_Gemm, name, type)->Args({64, 2})->Args({16, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
+  BENCHMARK_CAPTURE(BM_Gemm, name, type)->Args({64, 1})->Args({64, 2})->Args({16, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 FORMAT_BENCH(f32, DType::F32)
 FORMAT_BENCH(f16, DType::F16)

@@ -64,4 +64,18 @@ Isa active_isa() {
 
 Isa set_isa_cap(Isa c) { return static_cast<Isa>(cap().exchange(static_cast<int>(c), std::memory_order_relaxed)); }
 
+bool has_int8_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  // AVX-VNNI is CPUID.(EAX=7,ECX=1):EAX bit 4 (clang has no name for it in __builtin_cpu_supports).
+  static const bool v = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
+    return __builtin_cpu_supports("avx512vnni") || avx_vnni;
+  }();
+  return v;
+#else
+  return false;
+#endif
+}
+
 }  // namespace infer::cpu

@@ -21,4 +21,7 @@ Isa active_isa();
 // previous cap, to restore it.
 Isa set_isa_cap(Isa cap);
 
+// Whether the CPU has VNNI int8 dot products (AVX-512-VNNI or AVX-VNNI).
+bool has_int8_vnni();
+
 }  // namespace infer::cpu

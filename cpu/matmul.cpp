@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
@@ -44,6 +45,14 @@ const float* weight_row_f32(const WeightView& w, int64_t r, float* buf) {
       dequantize_row(w.type, src, buf, w.n_in);
       return buf;
   }
+}
+
+int prefetch_distance() {
+  static const int n = [] {
+    const char* s = std::getenv("INFER_PREFETCH");
+    return s && *s ? std::max(0, std::atoi(s)) : 8192;
+  }();
+  return n;
 }
 
 namespace {
@@ -90,7 +99,7 @@ const char kPanelsKey = 0;  // WeightCache tag of the panels
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {
   if (m <= 0 || w.n_out <= 0) return;
   const Isa isa = active_isa();
-  if (isa >= Isa::Avx2 && onednn_preferred(w.type, m, w.n_in, w.n_out) && onednn_matmul(w, x, m, y, pool.size()))
+  if (isa >= Isa::Avx2 && onednn_preferred(w.type, m, w.n_in, w.n_out) && onednn_matmul(pool, w, x, m, y))
     return;
   const FormatKernel k = pick_kernel(isa, w.type, m);
 
@@ -146,7 +155,8 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
 
   // Output columns in chunks of whole panels, claimed dynamically: about
   // four chunks per thread, so uneven progress evens out.
-  const int64_t n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
+  const int64_t pr = k.panel_rows;
+  const int64_t n_panels = (w.n_out + pr - 1) / pr;
   const int nth = pool.size();
   const int64_t chunk = std::max<int64_t>(1, n_panels / (4 * nth));
   const int64_t n_chunks = (n_panels + chunk - 1) / chunk;
@@ -155,8 +165,8 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
     for (;;) {
       const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
       if (c >= n_chunks) return;
-      const int64_t r0 = c * chunk * kPanelRows;
-      const int64_t r1 = std::min(w.n_out, (c + 1) * chunk * kPanelRows);
+      const int64_t r0 = c * chunk * pr;
+      const int64_t r1 = std::min(w.n_out, (c + 1) * chunk * pr);
       k.tile(args, r0, r1);
     }
   };

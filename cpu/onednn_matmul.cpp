@@ -1,6 +1,13 @@
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
+// oneDNN inside our thread pool: the weight matrix is cut into column
+// blocks, each reordered once into oneDNN's preferred layout; a call runs
+// single-threaded oneDNN matmuls (OpenMP team of 1 on every pool thread) on
+// the blocks the pool's threads claim. So oneDNN never starts threads of its
+// own next to ours, and on a busy machine a descheduled thread's blocks are
+// taken by the others (an OpenMP barrier would wait for it).
+//
+// Primitives have fixed M (oneDNN's fast kernels, e.g. AMX int8 on Sapphire
+// Rapids, are only chosen for a known M); they are made on first use per
+// (weight, M) and cached with the weight.
 #include "cpu/onednn_matmul.h"
 
 #include <dlfcn.h>
@@ -10,87 +17,129 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/threadpool.h"
+#include "cpu/isa.h"
 
 namespace infer::cpu {
 
 namespace {
+
+constexpr int64_t kBlockN = 256;  // output columns per block
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
 
-bool has_vnni() {
-#if defined(__x86_64__) || defined(__i386__)
-  // AVX-VNNI is CPUID.(EAX=7,ECX=1):EAX bit 4 (clang has no name for it in __builtin_cpu_supports).
-  static const bool v = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool avx_vnni = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4)) != 0;
-    return __builtin_cpu_supports("avx512vnni") || avx_vnni;
-  }();
-  return v;
-#else
-  return false;
-#endif
-}
 
-// oneDNN's OpenMP team size for calls from this thread (libgomp is loaded by
-// libdnnl; looked up at run time so we need not link OpenMP ourselves).
-void set_omp_threads(int n) {
+// oneDNN's OpenMP team: one thread for calls from this thread (libgomp is
+// loaded by libdnnl; looked up at run time so we need not link OpenMP).
+void single_omp_thread() {
   using Fn = void (*)(int);
   static const Fn fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  thread_local int current = -1;
-  if (fn && n > 0 && n != current) {
-    fn(n);
-    current = n;
+  thread_local bool done = false;
+  if (fn && !done) {
+    fn(1);
+    done = true;
   }
 }
 
-// A weight in oneDNN's layout with its primitive (M is a run-time dimension).
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+// One weight in oneDNN's layout: its column blocks, and the primitives made so far.
 struct OnednnWeight {
-  dnnl::matmul::primitive_desc pd;
-  dnnl::matmul prim;
-  dnnl::memory wei;
   bool int8 = false, u7 = false;
   int32_t zero_point = 0;
+  int64_t K = 0, N = 0;
+  std::vector<int32_t> colsum;  // int8: Σ_k w[n][k] of each output column
+  dnnl::memory::desc wei_md_full, wei_md_tail;  // layouts chosen for a full / the last block
+  std::vector<dnnl::memory> blocks;
+  std::mutex mu;
+  struct Prims {
+    dnnl::matmul full, tail;  // a full-width block, the last block
+    size_t scratch = 0;       // scratchpad bytes either needs
+  };
+  std::map<int64_t, Prims> prims;  // by M
+  std::string impl;
+
+  int64_t n_blocks() const { return (N + kBlockN - 1) / kBlockN; }
+  int64_t width(int64_t b) const { return std::min(kBlockN, N - b * kBlockN); }
+
+  dnnl::matmul::primitive_desc desc(int64_t M, int64_t nb, const dnnl::memory::desc& wei) const {
+    const dnnl::memory::desc src({M, K}, int8 ? dt::u8 : dt::f32, tag::ab);
+    // A dense block result (a strided one would keep oneDNN off its brgemm / AMX kernels).
+    const dnnl::memory::desc dst({M, nb}, int8 ? dt::s32 : dt::f32, tag::ab);
+    // (No zero-point attribute: oneDNN would recompute Σ_k w for it on every
+    // call, a pass over the weights; we subtract zero_point * Σ_k w ourselves.)
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // ours, reused: no allocation per call
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, cpu_engine());
+  }
+
+  // The primitives for M (full-width block, last block).
+  const Prims& for_m(int64_t M) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = prims.find(M);
+    if (it != prims.end()) return it->second;
+    const auto full = desc(M, width(0), wei_md_full);
+    const auto tail = desc(M, width(n_blocks() - 1), wei_md_tail);
+    if (impl.empty()) impl = full.impl_info_str();
+    Prims p{dnnl::matmul(full), dnnl::matmul(tail),
+            std::max(full.scratchpad_desc().get_size(), tail.scratchpad_desc().get_size())};
+    return prims.emplace(M, std::move(p)).first->second;
+  }
 };
 
 std::shared_ptr<OnednnWeight> prepare(const WeightView& w) {
-  using dt = dnnl::memory::data_type;
-  using tag = dnnl::memory::format_tag;
   auto ow = std::make_shared<OnednnWeight>();
-  const dnnl::memory::dim K = w.n_in, N = w.n_out, RT = DNNL_RUNTIME_DIM_VAL;
   ow->int8 = w.type == DType::W8A8;
-  ow->u7 = ow->int8 && !has_vnni();
+  ow->u7 = ow->int8 && !has_int8_vnni();
   ow->zero_point = ow->u7 ? 64 : 128;
+  ow->K = w.n_in;
+  ow->N = w.n_out;
   const dt wt = ow->int8 ? dt::s8 : dt::f32;
-  const dnnl::memory::desc src_md({RT, K}, ow->int8 ? dt::u8 : dt::f32, tag::ab);
-  const dnnl::memory::desc wei_md({K, N}, wt, tag::any);
-  const dnnl::memory::desc dst_md({RT, N}, ow->int8 ? dt::s32 : dt::f32, tag::ab);
-  dnnl::primitive_attr attr;
-  if (ow->int8) attr.set_zero_points(DNNL_ARG_SRC, 0, {ow->zero_point});
-  const dnnl::matmul::desc d(src_md, wei_md, dst_md);
-  ow->pd = dnnl::matmul::primitive_desc(d, attr, cpu_engine());
-  ow->prim = dnnl::matmul(ow->pd);
-  // The file's rows are W's rows, i.e. the K x N weights in "ba" order.
-  const dnnl::memory::desc user_md({K, N}, wt, tag::ba);
-  dnnl::memory user(user_md, cpu_engine(), const_cast<uint8_t*>(w.data));
-  ow->wei = dnnl::memory(ow->pd.weights_desc(), cpu_engine());
+  // Let oneDNN choose the weight layout for a prefill-sized M; other M use it too.
+  auto choose = [&](int64_t nb) {
+    const dnnl::memory::desc any({ow->K, nb}, wt, tag::any);
+    return ow->desc(64, nb, any).weights_desc();
+  };
+  ow->wei_md_full = choose(ow->width(0));
+  ow->wei_md_tail = choose(ow->width(ow->n_blocks() - 1));
+  if (ow->int8) {
+    ow->colsum.resize(static_cast<size_t>(ow->N));
+    for (int64_t n = 0; n < ow->N; ++n) {
+      const int8_t* r = reinterpret_cast<const int8_t*>(w.data) + n * ow->K;
+      int32_t sum = 0;
+      for (int64_t k = 0; k < ow->K; ++k) sum += r[k];
+      ow->colsum[n] = sum;
+    }
+  }
+  single_omp_thread();  // the reorders too: no OpenMP team ever
   dnnl::stream s(cpu_engine());
-  dnnl::reorder(user, ow->wei).execute(s, user, ow->wei);
+  const size_t elem = ow->int8 ? 1 : 4;
+  for (int64_t b = 0; b < ow->n_blocks(); ++b) {
+    const int64_t nb = ow->width(b);
+    // Rows n0 .. n0+nb of W are the K x nb block in "ba" order (row stride K).
+    const dnnl::memory::desc user_md({ow->K, nb}, wt, tag::ba);
+    dnnl::memory user(user_md, cpu_engine(), const_cast<uint8_t*>(w.data + b * kBlockN * ow->K * elem));
+    dnnl::memory wm(b + 1 == ow->n_blocks() ? ow->wei_md_tail : ow->wei_md_full, cpu_engine());
+    dnnl::reorder(user, wm).execute(s, user, wm);
+    ow->blocks.push_back(wm);
+  }
   s.wait();
   return ow;
 }
 
 const char kOnednnKey = 0;
-
-}  // namespace
 
 std::atomic<int>& onednn_policy() {
   static std::atomic<int> p{[] {
@@ -100,67 +149,107 @@ std::atomic<int>& onednn_policy() {
   return p;
 }
 
+// Whether oneDNN has AMX int8 kernels on this CPU (decided once, from the
+// implementation it picks for a small int8 matmul).
+bool onednn_has_amx_int8() {
+  static const bool amx = [] {
+    try {
+      const dnnl::memory::desc src({64, 256}, dt::u8, tag::ab), wei({256, 256}, dt::s8, tag::any),
+          dst({64, 256}, dt::s32, tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), cpu_engine());
+      return std::strstr(pd.impl_info_str(), "amx") != nullptr;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return amx;
+}
+
+}  // namespace
+
 void set_onednn_policy(int policy) { onednn_policy().store(policy < 0 ? -1 : (policy > 0 ? 1 : 0)); }
 
 bool onednn_preferred(DType t, int64_t m, int64_t n_in, int64_t n_out) {
   if (t != DType::W8A8 && t != DType::F32) return false;
   const int force = onednn_policy().load(std::memory_order_relaxed);
   if (force >= 0) return force > 0;
-  // Measured (bench/RESULTS.md, BM_Gemm with INFER_ONEDNN=0/1): oneDNN wins
-  // for prefill-sized m; our kernels for decode and small batches.
-  return m >= (t == DType::W8A8 ? 16 : 32) && n_in >= 256 && n_out >= 256;
+  if (n_in < 256 || n_out < 256) return false;
+  // Measured (bench/RESULTS.md, BM_GemmPolicy, 2048 x 5632): oneDNN's AMX
+  // int8 kernels overtake our VNNI panels between m = 4 and 16 (1.2x at 16,
+  // 1.9x at 64, 2.9x at 256); without AMX ours are kept. For f32 weights
+  // oneDNN's sgemm beats our panels from m = 4 on.
+  if (t == DType::W8A8) return m >= 8 && onednn_has_amx_int8();
+  return m >= 4;
 }
 
-bool onednn_matmul(const WeightView& w, const float* x, int64_t m, float* y, int n_threads) {
+bool onednn_matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {
   if ((w.type != DType::W8A8 && w.type != DType::F32) || (w.type == DType::W8A8 && !w.scale)) return false;
   try {
     std::shared_ptr<OnednnWeight> temp;
-    const OnednnWeight* ow;
+    OnednnWeight* ow;
     if (w.cache) {
-      ow = w.cache->get<OnednnWeight>(&kOnednnKey, [&] { return prepare(w); });
+      ow = const_cast<OnednnWeight*>(w.cache->get<OnednnWeight>(&kOnednnKey, [&] { return prepare(w); }));
     } else {
       temp = prepare(w);
       ow = temp.get();
     }
-    set_omp_threads(n_threads);
-    using dt = dnnl::memory::data_type;
-    using tag = dnnl::memory::format_tag;
     const int64_t K = w.n_in, N = w.n_out;
-    thread_local dnnl::stream stream(cpu_engine());
-    if (!ow->int8) {
-      dnnl::memory src({{m, K}, dt::f32, tag::ab}, cpu_engine(), const_cast<float*>(x));
-      dnnl::memory dst({{m, N}, dt::f32, tag::ab}, cpu_engine(), y);
-      ow->prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, ow->wei}, {DNNL_ARG_DST, dst}});
-      stream.wait();
-      return true;
-    }
-    // Per-token activation quantization: u = round(x / d) + zero point.
+    const auto& prims = ow->for_m(m);
+    // int8: activations quantized per token, u = round(x / d) + zero point.
     thread_local std::vector<uint8_t> qx;
-    thread_local std::vector<int32_t> acc;
     thread_local std::vector<float> dx;
-    qx.resize(static_cast<size_t>(m * K));
-    acc.resize(static_cast<size_t>(m * N));
-    dx.resize(static_cast<size_t>(m));
-    const float levels = ow->u7 ? 63.0f : 127.0f;
-    for (int64_t i = 0; i < m; ++i) {
-      const float* xi = x + i * K;
-      float amax = 0;
-      for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(xi[k]));
-      const float id = amax > 0 ? levels / amax : 0.0f;
-      dx[i] = amax / levels;
-      uint8_t* q = qx.data() + i * K;
-      for (int64_t k = 0; k < K; ++k) q[k] = static_cast<uint8_t>(static_cast<int>(std::nearbyint(xi[k] * id)) + ow->zero_point);
+    std::vector<uint8_t>& q = qx;
+    std::vector<float>& d = dx;
+    if (ow->int8) {
+      q.resize(static_cast<size_t>(m * K));
+      d.resize(static_cast<size_t>(m));
+      const float levels = ow->u7 ? 63.0f : 127.0f;
+      for (int64_t i = 0; i < m; ++i) {
+        const float* xi = x + i * K;
+        float amax = 0;
+        for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(xi[k]));
+        const float id = amax > 0 ? levels / amax : 0.0f;
+        d[i] = amax / levels;
+        uint8_t* qi = q.data() + i * K;
+        for (int64_t k = 0; k < K; ++k)
+          qi[k] = static_cast<uint8_t>(static_cast<int>(std::nearbyint(xi[k] * id)) + ow->zero_point);
+      }
     }
-    dnnl::memory src({{m, K}, dt::u8, tag::ab}, cpu_engine(), qx.data());
-    dnnl::memory dst({{m, N}, dt::s32, tag::ab}, cpu_engine(), acc.data());
-    ow->prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, ow->wei}, {DNNL_ARG_DST, dst}});
-    stream.wait();
-    for (int64_t i = 0; i < m; ++i) {
-      const int32_t* a = acc.data() + i * N;
-      float* yi = y + i * N;
-      const float di = dx[i];
-      for (int64_t r = 0; r < N; ++r) yi[r] = static_cast<float>(a[r]) * (di * w.scale[r]);
-    }
+    const int64_t nblk = ow->n_blocks();
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+      single_omp_thread();
+      thread_local dnnl::stream stream(cpu_engine());
+      thread_local std::vector<uint8_t> scratch_buf;
+      thread_local std::vector<float> block_out;  // one block's result, dense (s32 or f32)
+      if (scratch_buf.size() < prims.scratch) scratch_buf.resize(prims.scratch);
+      block_out.resize(static_cast<size_t>(m * kBlockN));
+      const dnnl::memory scratch({{static_cast<dnnl::memory::dim>(scratch_buf.size())}, dt::u8, tag::a}, cpu_engine(),
+                                 scratch_buf.data());
+      for (;;) {
+        const int64_t b = next.fetch_add(1, std::memory_order_relaxed);
+        if (b >= nblk) return;
+        const int64_t n0 = b * kBlockN, nb = ow->width(b);
+        const dnnl::matmul& prim = b + 1 == nblk ? prims.tail : prims.full;
+        dnnl::memory src({{m, K}, ow->int8 ? dt::u8 : dt::f32, tag::ab}, cpu_engine(),
+                         ow->int8 ? static_cast<void*>(q.data()) : const_cast<float*>(x));
+        dnnl::memory dst({{m, nb}, ow->int8 ? dt::s32 : dt::f32, tag::ab}, cpu_engine(), block_out.data());
+        prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, ow->blocks[b]}, {DNNL_ARG_DST, dst},
+                              {DNNL_ARG_SCRATCHPAD, scratch}});
+        stream.wait();
+        for (int64_t i = 0; i < m; ++i) {
+          float* yi = y + i * N + n0;
+          if (ow->int8) {
+            const int32_t* ai = reinterpret_cast<const int32_t*>(block_out.data()) + i * nb;
+            const int32_t* cs = ow->colsum.data() + n0;
+            for (int64_t r = 0; r < nb; ++r)
+              yi[r] = static_cast<float>(ai[r] - ow->zero_point * cs[r]) * (d[i] * w.scale[n0 + r]);
+          } else {
+            std::memcpy(yi, block_out.data() + i * nb, sizeof(float) * nb);
+          }
+        }
+      }
+    });
     return true;
   } catch (const dnnl::error& e) {
     log(LogLevel::Debug, "oneDNN matmul unavailable (%s): using our own kernels", e.what());

@@ -5,20 +5,25 @@
 //    with vpmaddubsw, whose 16-bit pair sums saturate for u8 x s8; there the
 //    activations are quantized to 7 bits (u7: [-63, 63] + 64) instead.
 //  - F32 weights: sgemm.
-// The weights are reordered once into oneDNN's preferred layout and kept in
-// the weight's WeightCache. Calls run on oneDNN's OpenMP threads from the
-// calling thread (the engine's pool is idle meanwhile: no oversubscription).
+// The weights are reordered once, in column blocks, into oneDNN's preferred
+// layout and kept in the weight's WeightCache. Calls run single-threaded
+// oneDNN matmuls on the pool's threads, one column block at a time (oneDNN's
+// own OpenMP threads are never started: no oversubscription).
 #pragma once
 
 #include <cstdint>
 
 #include "core/backend.h"
 
+namespace infer {
+class ThreadPool;
+}
+
 namespace infer::cpu {
 
 // y[m][n_out] = x[m][n_in] · Wᵀ for W8A8 or F32 weights. False when oneDNN
 // cannot run it (the caller then uses its own kernels).
-bool onednn_matmul(const WeightView& w, const float* x, int64_t m, float* y, int n_threads);
+bool onednn_matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y);
 
 // Whether the oneDNN path should be used for this shape (decided by
 // measurement, bench/RESULTS.md); INFER_ONEDNN=0 / 1 forces it off / on.

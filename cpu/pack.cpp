@@ -37,30 +37,76 @@ uint8_t* alloc_aligned(size_t bytes) {
   return static_cast<uint8_t*>(p);
 }
 
+// The 6-bit (scale, min) pair j of a Q4_K super-block (as quant/dequant.cpp).
+void scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *mn = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
 void pack_k4(const WeightView& w, Panels& p, ThreadPool* pool) {
-  const bool q40 = w.type == DType::Q4_0;
-  const int G = static_cast<int>(dtype_info(w.type)->block);
-  const int block_bytes = static_cast<int>(dtype_info(w.type)->bytes);
-  const int qs_off = q40 ? 2 : 4;
+  const DTypeInfo* info = dtype_info(w.type);
+  const int G = static_cast<int>(info->block), block_bytes = static_cast<int>(info->bytes);
   p.kind = Panels::Kind::K4;
   p.group = G;
-  p.has_z = !q40;
+  p.scales = w.type == DType::Q4_0 ? Panels::Scales::Q4_0
+           : w.type == DType::Q4_1 ? Panels::Scales::Q4_1
+           : w.type == DType::Q4_K ? Panels::Scales::Q4_K
+                                   : Panels::Scales::Int4;
+  p.has_z = p.scales == Panels::Scales::Int4;
   p.n_pad = w.n_in;
   const int64_t n_groups = w.n_in / G;
-  const size_t group_bytes = static_cast<size_t>(G / 32) * 256 + 32 + (p.has_z ? 16 : 0);
+  const size_t nib = static_cast<size_t>(G / 32) * 256;
+  const size_t group_bytes = nib + k4_scale_bytes(p.scales);
   p.panel_bytes = static_cast<size_t>(n_groups) * group_bytes;
   p.data = {alloc_aligned(p.panel_bytes * p.n_panels), std::free};
   for_panels(p, pool, [&](int64_t pi) {
     uint8_t* dst = p.data.get() + pi * p.panel_bytes;
     for (int64_t g = 0; g < n_groups; ++g) {
       uint8_t* gd = dst + g * group_bytes;
+      uint8_t* sd = gd + nib;  // the group's scales
       for (int r = 0; r < kPanelRows; ++r) {
         const int64_t row = pi * kPanelRows + r;
-        if (row >= w.n_out) continue;  // zero rows: d = 0
+        if (row >= w.n_out) continue;  // zero rows: zero scales
         const uint8_t* blk = w.row(row) + g * block_bytes;
-        const uint8_t* qs = blk + qs_off;
-        uint8_t q[128];
-        for (int k = 0; k < G; ++k) q[k] = static_cast<uint8_t>(nibble(qs, G / 2, k));
+        uint8_t q[256];
+        switch (p.scales) {
+          case Panels::Scales::Q4_0:
+            for (int k = 0; k < 32; ++k) q[k] = static_cast<uint8_t>(nibble(blk + 2, 16, k));
+            std::memcpy(sd + 2 * r, blk, 2);  // d
+            break;
+          case Panels::Scales::Q4_1:
+            for (int k = 0; k < 32; ++k) q[k] = static_cast<uint8_t>(nibble(blk + 4, 16, k));
+            std::memcpy(sd + 2 * r, blk, 2);       // d
+            std::memcpy(sd + 32 + 2 * r, blk + 2, 2);  // m
+            break;
+          case Panels::Scales::Int4:
+            for (int k = 0; k < G; ++k) q[k] = static_cast<uint8_t>(nibble(blk + 4, G / 2, k));
+            std::memcpy(sd + 2 * r, blk, 2);  // d
+            sd[32 + r] = blk[2];              // z
+            break;
+          case Panels::Scales::Q4_K: {
+            // 64-value chunk c: 32 bytes, low nibbles first, then high nibbles.
+            for (int c = 0; c < 4; ++c)
+              for (int l = 0; l < 32; ++l) {
+                q[64 * c + l] = blk[16 + 32 * c + l] & 0x0F;
+                q[64 * c + 32 + l] = blk[16 + 32 * c + l] >> 4;
+              }
+            for (int j = 0; j < 8; ++j) {
+              int sc, mn;
+              scale_min_k4(j, blk + 4, &sc, &mn);
+              sd[16 * j + r] = static_cast<uint8_t>(sc);
+              sd[128 + 16 * j + r] = static_cast<uint8_t>(mn);
+            }
+            std::memcpy(sd + 256 + 2 * r, blk, 2);      // d
+            std::memcpy(sd + 288 + 2 * r, blk + 2, 2);  // dmin
+            break;
+          }
+        }
         for (int b = 0; b < G / 32; ++b) {
           for (int s = 0; s < 4; ++s) {
             uint8_t* step = gd + b * 256 + s * 64 + 4 * r;
@@ -68,8 +114,6 @@ void pack_k4(const WeightView& w, Panels& p, ThreadPool* pool) {
             for (int t = 0; t < 4; ++t) step[t] = static_cast<uint8_t>(v[t] | (v[t + 4] << 4));
           }
         }
-        std::memcpy(gd + (G / 32) * 256 + 2 * r, blk, 2);  // f16 d
-        if (p.has_z) gd[(G / 32) * 256 + 32 + r] = blk[2];
       }
     }
   });
@@ -117,16 +161,39 @@ void pack_k8(const WeightView& w, Panels& p, ThreadPool* pool) {
   });
 }
 
+// 32 rows of W transposed, 2-byte elements copied as they are.
+void pack_fp(const WeightView& w, Panels& p, ThreadPool* pool) {
+  p.kind = Panels::Kind::FP;
+  p.rows = kFpPanelRows;
+  p.n_pad = w.n_in;
+  p.panel_bytes = static_cast<size_t>(w.n_in) * kFpPanelRows * 2;
+  p.data = {alloc_aligned(p.panel_bytes * p.n_panels), std::free};
+  for_panels(p, pool, [&](int64_t pi) {
+    uint16_t* dst = reinterpret_cast<uint16_t*>(p.data.get() + pi * p.panel_bytes);
+    for (int r = 0; r < kFpPanelRows; ++r) {
+      const int64_t row = pi * kFpPanelRows + r;
+      if (row >= w.n_out) continue;
+      const uint8_t* src = w.row(row);
+      for (int64_t k = 0; k < w.n_in; ++k) std::memcpy(dst + k * kFpPanelRows + r, src + 2 * k, 2);
+    }
+  });
+}
+
 }  // namespace
 
 std::shared_ptr<Panels> pack_panels(const WeightView& w, ThreadPool* pool) {
   auto p = std::make_shared<Panels>();
   p->n_in = w.n_in;
   p->n_out = w.n_out;
-  p->n_panels = (w.n_out + kPanelRows - 1) / kPanelRows;
+  const int rows = w.type == DType::F16 || w.type == DType::BF16 ? kFpPanelRows : kPanelRows;
+  p->n_panels = (w.n_out + rows - 1) / rows;
   switch (w.type) {
-    case DType::Q4_0: case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
+    case DType::Q4_0: case DType::Q4_1: case DType::Q4_K:
+    case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
       pack_k4(w, *p, pool);
+      break;
+    case DType::F16: case DType::BF16:
+      pack_fp(w, *p, pool);
       break;
     case DType::Q8_0: case DType::W8A8:
       if (w.type == DType::W8A8 && !w.scale) raise(Status::InvalidArgument, "w8a8 weight without scales");

@@ -20,8 +20,10 @@ class ThreadPool;
 
 namespace infer::cpu {
 
-// Rows interleaved in one panel of the repacked layouts.
+// Rows interleaved in one panel of the repacked integer layouts (K4, K8).
 constexpr int kPanelRows = 16;
+// Rows of W in one panel of the float layout (FP).
+constexpr int kFpPanelRows = 32;
 
 // Activations quantized to int8 for the integer kernels. Row i holds n_pad
 // values (zero-padded) in blocks of `block` values (32, or the whole padded
@@ -40,20 +42,31 @@ struct QActs {
 // Weight rows repacked into panels of kPanelRows interleaved rows (made once
 // per weight and kept in its WeightCache). Rows past n_out are zero.
 //
-// K4 (Q4_0, INT4_G*): for each group of `group` values: group/32 blocks of
-//   4 steps of 64 bytes; in step s of block b (k0 = first value of the
-//   block + 8s), byte 4r + t holds value k0+t of row r in its low nibble and
-//   value k0+4+t in its high nibble (unsigned q, 0..15). After the blocks:
-//   16 f16 scales d (one per row) and, when has_z, 16 u8 zero points
-//   (Q4_0's zero point is 8). w = (q - z) * d.
+// K4 (Q4_0, Q4_1, Q4_K, INT4_G*): for each group of `group` values (32; 256
+//   for Q4_K; G for INT4): group/32 blocks of 4 steps of 64 bytes; in step s
+//   of block b (k0 = first value of the block + 8s), byte 4r + t holds value
+//   k0+t of row r in its low nibble and value k0+4+t in its high nibble
+//   (unsigned q, 0..15). After the blocks, the group's scales, one per row
+//   (w = a * q + b for each block):
+//     Q4_0: 16 f16 d                       a = d, b = -8d
+//     Q4_1: 16 f16 d, 16 f16 m             a = d, b = m
+//     INT4: 16 f16 d, 16 u8 z              a = d, b = -z d
+//     Q4_K: 8 x 16 u8 sc, 8 x 16 u8 mn (per block), 16 f16 d, 16 f16 dmin
+//                                          a = d sc, b = -dmin mn
+//   (the bytes per value stay those of the file format).
 // K8 (Q8_0, W8A8): for each block of 32 values, 8 steps of 64 bytes; in step
 //   s, byte 4r + t is int8 value 32b + 4s + t of row r. Q8_0 (group 32): each
 //   block is followed by 16 f16 scales. W8A8 (group 0): the panel starts with
 //   16 f32 row scales and 16 i32 row sums (Σq, for u8 x s8 instructions);
 //   n_pad rounds n_in up to 32 with zeros.
+// FP (F16, BF16): panels of 32 rows of W, transposed: element k * 32 + j is
+//   value k of row j, in the file's element type (2 bytes): a broadcast
+//   activation multiplies 32 output columns at once; no scales.
 struct Panels {
-  enum class Kind { K4, K8 } kind = Kind::K4;
+  enum class Kind { K4, K8, FP } kind = Kind::K4;
+  enum class Scales { Q4_0, Q4_1, Int4, Q4_K } scales = Scales::Q4_0;  // K4 only
   int64_t n_in = 0, n_out = 0, n_pad = 0, n_panels = 0;
+  int rows = kPanelRows;  // rows of W per panel
   int group = 32;
   bool has_z = false;
   size_t panel_bytes = 0;
@@ -61,7 +74,18 @@ struct Panels {
   const uint8_t* panel(int64_t p) const { return data.get() + static_cast<size_t>(p) * panel_bytes; }
 };
 
-// Makes the panels of w (Q4_0, INT4_G*, Q8_0, W8A8), on the pool's threads
+// Bytes of scales after each K4 group.
+inline size_t k4_scale_bytes(Panels::Scales s) {
+  switch (s) {
+    case Panels::Scales::Q4_0: return 32;
+    case Panels::Scales::Q4_1: return 64;
+    case Panels::Scales::Int4: return 48;
+    case Panels::Scales::Q4_K: return 320;
+  }
+  return 0;
+}
+
+// Makes the panels of w (Q4_0, Q4_1, Q4_K, INT4_G*, Q8_0, W8A8, F16, BF16), on the pool's threads
 // when one is given.
 std::shared_ptr<Panels> pack_panels(const WeightView& w, ThreadPool* pool);
 
@@ -82,7 +106,14 @@ struct FormatKernel {
   int act_block = 0;      // 0: f32 activations; 32: int8 per 32 values; -1: int8 per row
   bool act_u8 = false;    // also wants QActs::u
   bool panels = false;    // works on pack_panels() output
+  int panel_rows = kPanelRows;  // the driver hands out output rows in multiples of this
 };
+
+// Bytes of weights the GEMV kernels prefetch ahead of the ones they multiply:
+// one core alone cannot keep enough cache-line fills in flight to reach DRAM
+// bandwidth, and a thread's panels are one linear stream. INFER_PREFETCH
+// (bytes, 0 = off) overrides it, for tuning.
+int prefetch_distance();
 
 // Kernel tables of each ISA (cpu/avx2/qgemm_avx2.cpp, cpu/avx512/qgemm_avx512.cpp).
 FormatKernel avx2_format_kernel(DType t, int64_t m);

@@ -284,7 +284,7 @@ TEST_CASE("matmul: oneDNN paths (W8A8 int8, f32) forced on and off", "[matmul]")
     ~Policy() { cpu::set_onednn_policy(-1); }
   };
   // Without VNNI the oneDNN path quantizes activations to 7 bits: twice the step.
-  const bool vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+  const bool vnni = cpu::has_int8_vnni();
   for (int policy : {1, 0}) {
     Policy guard(policy);
     for (DType t : {DType::W8A8, DType::F32}) {

@@ -2,11 +2,11 @@
 // -mavx2 -mfma -mf16c; only called when cpuid says the CPU has them.
 //
 // Three families:
-//  - Panels (Q4_0, INT4_G*, Q8_0, W8A8; layouts in cpu/qmatmul.h): 8 weight
+//  - Panels (Q4_0, Q4_1, Q4_K, INT4_G*, Q8_0, W8A8; cpu/qmatmul.h): 8 weight
 //    rows sit in the 8 dword lanes of a register, 4 consecutive values of
 //    each, so one broadcast dword of int8 activations multiplies all 8 rows
 //    at once (maddubs), and the per-block scale of the 8 rows is one vector.
-//  - Block formats in their file layout (Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K):
+//  - Block formats in their file layout (Q5_0, Q5_1, Q5_K, Q6_K):
 //    one weight row at a time against up to 4 activation rows; each 32-value
 //    unit is decoded once to unsigned bytes and multiplied with int8
 //    activations (maddubs + madd), then scaled in f32.
@@ -107,34 +107,52 @@ namespace {
 // ---- panels: Q4_0 and INT4 (K4) --------------------------------------------------------
 
 // One half (8 rows) of a K4 panel against NX activation rows starting at i0.
-template <int NX, bool HasZ>
+template <int NX, Panels::Scales S>
 void k4_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, int64_t i0, float* out /*[NX][8]*/) {
+  using Sc = Panels::Scales;
   const int G = P.group;
   const int bpg = G / 32;
-  const size_t group_bytes = static_cast<size_t>(bpg) * 256 + 32 + (HasZ ? 16 : 0);
+  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S);
   const int64_t n_groups = P.n_pad / G;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const int pf = prefetch_distance();
+  auto f16x8 = [&](const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * half))); };
+  auto u8x8 = [&](const uint8_t* p) {
+    int64_t v;
+    std::memcpy(&v, p + 8 * half, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v)));
+  };
   __m256 acc[NX];
   for (int r = 0; r < NX; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t g = 0; g < n_groups; ++g) {
     const uint8_t* gd = panel + g * group_bytes;
-    const __m256 dv =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gd + bpg * 256 + 16 * half)));
-    __m256 mv;  // the offset of each row: -z * d
-    if constexpr (HasZ) {
-      int64_t z8;
-      std::memcpy(&z8, gd + bpg * 256 + 32 + 8 * half, 8);
-      const __m256 zf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8)));
-      mv = _mm256_mul_ps(zf, _mm256_sub_ps(_mm256_setzero_ps(), dv));
-    } else {
+    const uint8_t* sd = gd + nib;
+    __m256 dv = _mm256_setzero_ps(), mv = _mm256_setzero_ps();  // per row: w = dv * q + mv
+    __m256 dsup = _mm256_setzero_ps(), msup = _mm256_setzero_ps();
+    if constexpr (S == Sc::Q4_0) {
+      dv = f16x8(sd);
       mv = _mm256_mul_ps(_mm256_set1_ps(-8.0f), dv);
+    } else if constexpr (S == Sc::Q4_1) {
+      dv = f16x8(sd);
+      mv = f16x8(sd + 32);
+    } else if constexpr (S == Sc::Int4) {
+      dv = f16x8(sd);
+      mv = _mm256_mul_ps(u8x8(sd + 32), _mm256_sub_ps(_mm256_setzero_ps(), dv));
+    } else {
+      dsup = f16x8(sd + 256);
+      msup = _mm256_sub_ps(_mm256_setzero_ps(), f16x8(sd + 288));
     }
     for (int b = 0; b < bpg; ++b) {
+      if constexpr (S == Sc::Q4_K) {
+        dv = _mm256_mul_ps(dsup, u8x8(sd + 16 * b));
+        mv = _mm256_mul_ps(msup, u8x8(sd + 128 + 16 * b));
+      }
       const int64_t blk = g * bpg + b;  // activation block
       const uint8_t* wq = gd + b * 256 + 32 * half;
       __m256i s16[NX];
       for (int r = 0; r < NX; ++r) s16[r] = _mm256_setzero_si256();
       for (int s = 0; s < 4; ++s) {
+        if (pf && half == 0) _mm_prefetch(reinterpret_cast<const char*>(wq + 64 * s) + pf, _MM_HINT_T0);
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 64 * s));
         const __m256i lo = _mm256_and_si256(v, m4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -163,6 +181,7 @@ void k8_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, i
   const int64_t nb = P.n_pad / 32;
   const size_t head = PerRow ? 128 : 0;
   const size_t block_bytes = PerRow ? 512 : 544;
+  const int pf = prefetch_distance();
   __m256 acc[NX];
   __m256i s32[NX];
   for (int r = 0; r < NX; ++r) {
@@ -172,6 +191,7 @@ void k8_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, i
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* bd = panel + head + b * block_bytes;
     for (int s = 0; s < 8; ++s) {
+      if (pf && half == 0) _mm_prefetch(reinterpret_cast<const char*>(bd + 64 * s) + pf, _MM_HINT_T0);
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s + 32 * half));
       const __m256i av = _mm256_sign_epi8(v, v);  // |w| (as unsigned: -128 -> 128)
       for (int r = 0; r < NX; ++r) {
@@ -223,8 +243,10 @@ void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
-template <int NX> struct Q40Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, false>(P, p, h, q, i, o); } };
-template <int NX> struct I4Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, true>(P, p, h, q, i, o); } };
+template <int NX> struct Q40Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, Panels::Scales::Q4_0>(P, p, h, q, i, o); } };
+template <int NX> struct Q41Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, Panels::Scales::Q4_1>(P, p, h, q, i, o); } };
+template <int NX> struct Q4KHalf { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, Panels::Scales::Q4_K>(P, p, h, q, i, o); } };
+template <int NX> struct I4Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, Panels::Scales::Int4>(P, p, h, q, i, o); } };
 template <int NX> struct Q80Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k8_half<NX, false>(P, p, h, q, i, o); } };
 template <int NX> struct W8Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k8_half<NX, true>(P, p, h, q, i, o); } };
 
@@ -289,11 +311,6 @@ struct UnitAcc {
 };
 
 // Decoders: call acc.add for every 32-value unit of one row.
-struct DecQ4_1 {
-  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
-    for (int64_t b = 0; b < n / 32; ++b, w += 20) acc.add(b, nibbles32(w + 4), f16(w), f16(w + 2));
-  }
-};
 struct DecQ5_0 {
   template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
     for (int64_t b = 0; b < n / 32; ++b, w += 22) {
@@ -325,7 +342,7 @@ inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
 }
 
 template <bool Five>
-struct DecQK {  // Q4_K (Five = false) and Q5_K
+struct DecQK {  // Q5_K (Five = true); Q4_K goes through K4 panels
   template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
     const size_t bytes = Five ? 176 : 144;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -399,25 +416,9 @@ void tile_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
 // ---- float formats -------------------------------------------------------------------------
 
 struct LoadF32 {
+  static constexpr int kBytes = 4;
   static __m256 load8(const uint8_t* row, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k); }
   static float at(const uint8_t* row, int64_t k) { return reinterpret_cast<const float*>(row)[k]; }
-};
-struct LoadF16 {
-  static __m256 load8(const uint8_t* row, int64_t k) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
-  }
-  static float at(const uint8_t* row, int64_t k) { return f16(row + 2 * k); }
-};
-struct LoadBF16 {
-  static __m256 load8(const uint8_t* row, int64_t k) {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * k)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  }
-  static float at(const uint8_t* row, int64_t k) {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * k, 2);
-    return bf16_to_f32(h);
-  }
 };
 
 // Dot products of one weight row with NX rows of x.
@@ -425,8 +426,11 @@ template <class L, int NX>
 void float_rows_dot(const uint8_t* wr, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy) {
   __m256 acc[NX][2];
   for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  const int pf = NX == 1 ? prefetch_distance() : 0;
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
+    if (pf && (k * L::kBytes) % 64 == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(wr) + k * L::kBytes + pf, _MM_HINT_T0);
     const __m256 w0 = L::load8(wr, k), w1 = L::load8(wr, k + 8);
     for (int r = 0; r < NX; ++r) {
       acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + k), acc[r][0]);
@@ -559,6 +563,107 @@ void tile_float_gemm(const MatmulArgs& a, int64_t r0, int64_t r1) {
 // m at and above which float weights go through converted panels.
 constexpr int64_t kFloatGemmMinRows = 16;
 
+// ---- FP panels (F16, BF16): 32 rows of W transposed; AVX2 works on halves of 16 ----------
+
+struct PanelF16 {
+  static constexpr int kBytes = 2;
+  static __m256 load8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+};
+struct PanelBF16 {
+  static constexpr int kBytes = 2;
+  static __m256 load8(const uint8_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+};
+struct PanelF32 {
+  static constexpr int kBytes = 4;
+  static __m256 load8(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+};
+
+// out[r][0..16) = x[r] · (rows 16h .. 16h+16 of the panel), r < NX.
+template <int NX, class L>
+void fp_kernel(const uint8_t* panel, int half, int64_t K, const float* x, int64_t ldx, float* out, int pf) {
+  __m256 acc[NX][2];
+  for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  constexpr int kRow = kFpPanelRows * L::kBytes;
+  const uint8_t* base = panel + 16 * half * L::kBytes;
+  for (int64_t k = 0; k < K; ++k) {
+    const uint8_t* pk = base + k * kRow;
+    if (pf) _mm_prefetch(reinterpret_cast<const char*>(pk) + pf, _MM_HINT_T0);
+    const __m256 b0 = L::load8(pk), b1 = L::load8(pk + 8 * L::kBytes);
+    for (int r = 0; r < NX; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(x + r * ldx + k);
+      acc[r][0] = _mm256_fmadd_ps(xv, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(xv, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < NX; ++r) {
+    _mm256_storeu_ps(out + 16 * r, acc[r][0]);
+    _mm256_storeu_ps(out + 16 * r + 8, acc[r][1]);
+  }
+}
+
+template <class L>
+void fp_tiles(const uint8_t* panel, int64_t K, const float* x, int64_t m, int64_t ldx, float* y, int64_t ldy, int nc,
+              int pf) {
+  alignas(32) float out[6 * 16];
+  for (int half = 0; half < 2 && 16 * half < nc; ++half) {
+    const int hc = std::min(16, nc - 16 * half);
+    for (int64_t i = 0; i < m; i += 6) {
+      const int nx = static_cast<int>(std::min<int64_t>(6, m - i));
+      const float* xi = x + i * ldx;
+      const int p = half == 0 ? pf : 0;
+      switch (nx) {
+        case 6: fp_kernel<6, L>(panel, half, K, xi, ldx, out, p); break;
+        case 5: fp_kernel<5, L>(panel, half, K, xi, ldx, out, p); break;
+        case 4: fp_kernel<4, L>(panel, half, K, xi, ldx, out, p); break;
+        case 3: fp_kernel<3, L>(panel, half, K, xi, ldx, out, p); break;
+        case 2: fp_kernel<2, L>(panel, half, K, xi, ldx, out, p); break;
+        default: fp_kernel<1, L>(panel, half, K, xi, ldx, out, p); break;
+      }
+      for (int r = 0; r < nx; ++r) std::memcpy(y + (i + r) * ldy + 16 * half, out + 16 * r, sizeof(float) * hc);
+    }
+  }
+}
+
+constexpr int64_t kFpConvertMinRows = 12;
+
+template <class L>
+void tile_fp(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const Panels& P = *a.panels;
+  const int64_t K = P.n_in, n_out = a.w->n_out;
+  const bool convert = a.m >= kFpConvertMinRows;
+  const int pf = a.m <= 2 ? prefetch_distance() : 0;
+  struct Buf {
+    float* p = nullptr;
+    size_t n = 0;
+    ~Buf() { std::free(p); }
+  };
+  thread_local Buf buf;
+  if (convert) {
+    const size_t need = static_cast<size_t>(K) * kFpPanelRows;
+    if (buf.n < need) {
+      std::free(buf.p);
+      buf.p = static_cast<float*>(std::aligned_alloc(64, (need * 4 + 63) / 64 * 64));
+      buf.n = buf.p ? need : 0;
+      if (!buf.p) throw std::bad_alloc();
+    }
+  }
+  for (int64_t p = r0 / kFpPanelRows; p * kFpPanelRows < r1; ++p) {
+    const int64_t c0 = p * kFpPanelRows;
+    const int nc = static_cast<int>(std::min<int64_t>(kFpPanelRows, r1 - c0));
+    const uint8_t* panel = P.panel(p);
+    if (convert) {
+      for (int64_t e = 0; e < K * kFpPanelRows; e += 8) _mm256_store_ps(buf.p + e, L::load8(panel + e * L::kBytes));
+      fp_tiles<PanelF32>(reinterpret_cast<const uint8_t*>(buf.p), K, a.x, a.m, K, a.y + c0, n_out, nc, 0);
+    } else {
+      fp_tiles<L>(panel, K, a.x, a.m, K, a.y + c0, n_out, nc, pf);
+    }
+  }
+}
+
+
 }  // namespace
 
 FormatKernel avx2_format_kernel(DType t, int64_t m) {
@@ -569,15 +674,15 @@ FormatKernel avx2_format_kernel(DType t, int64_t m) {
       k.tile = panel_tiles<I4Half>; k.act_block = 32; k.panels = true; break;
     case DType::Q8_0: k.tile = panel_tiles<Q80Half>; k.act_block = 32; k.panels = true; break;
     case DType::W8A8: k.tile = panel_tiles<W8Half>; k.act_block = -1; k.panels = true; break;
-    case DType::Q4_1: k.tile = tile_rows<DecQ4_1>; k.act_block = 32; break;
+    case DType::Q4_1: k.tile = panel_tiles<Q41Half>; k.act_block = 32; k.panels = true; break;
     case DType::Q5_0: k.tile = tile_rows<DecQ5_0>; k.act_block = 32; break;
     case DType::Q5_1: k.tile = tile_rows<DecQ5_1>; k.act_block = 32; break;
-    case DType::Q4_K: k.tile = tile_rows<DecQK<false>>; k.act_block = 32; break;
+    case DType::Q4_K: k.tile = panel_tiles<Q4KHalf>; k.act_block = 32; k.panels = true; break;
     case DType::Q5_K: k.tile = tile_rows<DecQK<true>>; k.act_block = 32; break;
     case DType::Q6_K: k.tile = tile_rows<DecQ6_K>; k.act_block = 32; break;
     case DType::F32: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadF32> : tile_float_dot<LoadF32>; break;
-    case DType::F16: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadF16> : tile_float_dot<LoadF16>; break;
-    case DType::BF16: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadBF16> : tile_float_dot<LoadBF16>; break;
+    case DType::F16: k.tile = tile_fp<PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
+    case DType::BF16: k.tile = tile_fp<PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     default: break;
   }
   return k;
