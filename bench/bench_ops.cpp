@@ -12,9 +12,11 @@
 // TinyLlama (head_dim 64, 32 heads over 4 KV heads).
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/backend.h"
@@ -42,6 +44,34 @@ void BM_PoolParallelFor(benchmark::State& state) {
   benchmark::DoNotOptimize(x.data());
 }
 BENCHMARK(BM_PoolParallelFor)->Arg(1)->Arg(2)->UseRealTime();
+
+// Jobs of about 2 microseconds per share (a small decode op), with
+// range(1) threads of our own busy-looping meanwhile: 0 is an idle machine,
+// 1 on two cores is the oversubscribed case where a worker is often not
+// scheduled in time (shares are then run by whoever is).
+void BM_PoolRunLoaded(benchmark::State& state) {
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hogs;
+  for (int i = 0; i < state.range(1); ++i)
+    hogs.emplace_back([&] {
+      volatile uint64_t x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    });
+  std::vector<float> buf(2 * 2048, 1.0f);
+  for (auto _ : state) {
+    pool.run([&](int tid, int nth) {
+      // The same total work (4096 values, 8 passes) whatever the thread count.
+      const size_t b = buf.size() * tid / nth, e = buf.size() * (tid + 1) / nth;
+      for (int pass = 0; pass < 8; ++pass)
+        for (size_t i = b; i < e; ++i) buf[i] = buf[i] * 0.999f + 0.001f;
+    });
+  }
+  stop = true;
+  for (auto& h : hogs) h.join();
+  benchmark::DoNotOptimize(buf.data());
+}
+BENCHMARK(BM_PoolRunLoaded)->ArgNames({"t", "hogs"})->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1})->UseRealTime();
 
 // A KV cache holding n_seqs sequences of ctx positions of random K/V, and
 // the queries of the last n_q positions of each.

@@ -77,7 +77,8 @@ void store_row(const OpKernels& ok, KvType type, void* base, float* scales, size
 // l = sum of exp(score - m), o = sum of exp(score - m) * v. The partials are
 // merged in chunk order (the online softmax of flash attention):
 //   M' = max(M, m), L' = L e^(M-M') + l e^(m-M'), O' = O e^(M-M') + o e^(m-M')
-// and the output is O / L. Scratch is O(chunk), not O(context).
+// and the output is O / L. A task needs scratch for one chunk, not for the
+// context (split items keep one (m, l, o) per chunk until they are merged).
 //
 // Every step depends only on the query and its positions, never on which
 // other queries share a task or on how a long context is split between
@@ -216,12 +217,13 @@ void run_task(const Ctx& c, const Task& task, Scratch& s) {
   // The group's query rows of each token (contiguous, stride hd).
   const float* qp[kTile];
   int lo[kTile], hi[kTile];
+  float* qrot = c.rotated ? grow(s.qrot, static_cast<size_t>(nq) * hd) : nullptr;
   for (int ti = 0; ti < nt; ++ti) {
     const int64_t t = task.t0 + ti;
     visible(b, t, lo[ti], hi[ti]);
     const float* src = c.q + (t * c.n_head + static_cast<int64_t>(task.g) * G) * hd;
     if (c.rotated) {  // int8 keys are stored rotated (see hadamard)
-      float* dst = grow(s.qrot, static_cast<size_t>(nq) * hd) + static_cast<size_t>(ti) * G * hd;
+      float* dst = qrot + static_cast<size_t>(ti) * G * hd;
       std::memcpy(dst, src, sizeof(float) * G * hd);
       for (int i = 0; i < G; ++i) hadamard(dst + i * hd, hd);
       src = dst;

@@ -410,6 +410,16 @@ TEST_CASE("backend row ops: batched rows equal rows computed alone, any thread c
       be->rope(ra.data(), m, n_heads, hd, pos2.data(), rp);
       for (int i = 0; i < m; ++i) b1->rope(rb.data() + i * n_heads * hd, 1, n_heads, hd, &pos2[i], rp);
       REQUIRE(same_bits(ra, rb));
+      // Nor with other frequencies (another model) or a position scale.
+      std::vector<float> inv2(inv);
+      for (auto& f : inv2) f *= 0.5f;
+      RopeParams rp2{hd, neox, inv2.data(), 0.25f};
+      ra = xr;
+      rb = xr;
+      be->rope(ra.data(), m, n_heads, hd, pos2.data(), rp2);
+      for (int i = 0; i < m; ++i) b1->rope(rb.data() + i * n_heads * hd, 1, n_heads, hd, &pos2[i], rp2);
+      REQUIRE(same_bits(ra, rb));
+      REQUIRE(!same_bits(ra, r1));
     }
   }
   for (int threads : {1, 2, 3}) {

@@ -16,9 +16,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 // Idle workers: pause-spin this long (jobs of one decode step follow each
-// other within microseconds), then yield the core for this long, then sleep.
-constexpr auto kSpinTime = std::chrono::microseconds(50);
+// other within microseconds), then keep spinning but yield the core every
+// few microseconds (on a busy machine another thread, maybe our caller,
+// wants it), and after kYieldTime sleep.
+constexpr auto kSpinTime = std::chrono::microseconds(20);
 constexpr auto kYieldTime = std::chrono::microseconds(2000);
+constexpr int kPausesPerYield = 32;
 // The caller waiting for shares other threads are running: pause-spin this
 // long, then yield (on an oversubscribed machine the thread it waits for may
 // need this very core).
@@ -75,13 +78,10 @@ void ThreadPool::worker() {
       const auto t0 = Clock::now();
       bool yielding = false;
       for (int i = 1; gen == seen; ++i) {
-        if (yielding) {
-          std::this_thread::yield();
-        } else {
-          INFER_CPU_RELAX();
-        }
+        INFER_CPU_RELAX();
         gen = generation_of(claim_.load(std::memory_order_acquire));
-        if (gen != seen || (i & 63) != 0) continue;
+        if (gen != seen || i % kPausesPerYield != 0) continue;
+        if (yielding) std::this_thread::yield();
         const auto waited = Clock::now() - t0;
         if (waited > kYieldTime) break;
         yielding = waited > kSpinTime;

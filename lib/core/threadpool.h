@@ -36,10 +36,11 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
 
-  // Calls fn(share, n_threads) once for every share in [0, n_threads). Each
-  // call runs on some thread of the pool (the caller included); two shares
-  // may run one after the other on the same thread, so fn must not wait for
-  // another share (no barriers inside fn). Not reentrant: fn must not call
+  // Calls fn(share, n_threads) once for every share in [0, n_threads).
+  // Share 0 runs on the calling thread; each other share on whichever thread
+  // claims it first (normally worker `share`, the caller when that worker is
+  // late). Two shares may run one after the other on the same thread, so fn
+  // must not wait for another share (no barriers inside fn). Not reentrant: fn must not call
   // run() on the same pool. An exception thrown by any share is rethrown
   // here after every share has finished.
   void run(const std::function<void(int tid, int nth)>& fn);
