@@ -27,14 +27,15 @@ int32_t on_chat_token(infer_request*, int32_t, const char* text, size_t len, voi
   return 0;
 }
 
-std::string render(infer_model* m, const std::string& tmpl, const std::vector<std::pair<std::string, std::string>>& msgs) {
+// tmpl NULL: the model's own template (with the variations its text selects).
+std::string render(infer_model* m, const char* tmpl, const std::vector<std::pair<std::string, std::string>>& msgs) {
   std::vector<infer_chat_message> cm;
   for (const auto& [role, content] : msgs) cm.push_back({role.c_str(), content.c_str()});
   size_t need = 0;
-  infer_status st = infer_chat_apply_template(m, tmpl.c_str(), cm.data(), cm.size(), 1, nullptr, 0, &need);
+  infer_status st = infer_chat_apply_template(m, tmpl, cm.data(), cm.size(), 1, nullptr, 0, &need);
   if (st != INFER_ERR_BUFFER_TOO_SMALL) check(st, "applying the chat template");
   std::string out(need, '\0');
-  check(infer_chat_apply_template(m, tmpl.c_str(), cm.data(), cm.size(), 1, out.data(), out.size(), &need),
+  check(infer_chat_apply_template(m, tmpl, cm.data(), cm.size(), 1, out.data(), out.size(), &need),
         "applying the chat template");
   out.resize(need - 1);
   return out;
@@ -58,7 +59,8 @@ int cmd_chat(int argc, char** argv) {
 
   // The template: given by name, else the model's own.
   std::string tmpl = a.get("--template");
-  if (tmpl.empty()) {
+  const bool own_template = tmpl.empty();
+  if (own_template) {
     size_t need = 0;
     infer_status st = infer_chat_template_detect(model.m, nullptr, 0, &need);
     if (st == INFER_ERR_NOT_FOUND || st == INFER_ERR_UNSUPPORTED)
@@ -119,12 +121,13 @@ int cmd_chat(int argc, char** argv) {
     msgs.emplace_back("user", line);
 
     // Drop the oldest exchanges while the prompt and the reply would not fit.
-    std::string prompt = render(model.m, tmpl, msgs);
+    const char* tmpl_arg = own_template ? nullptr : tmpl.c_str();
+    std::string prompt = render(model.m, tmpl_arg, msgs);
     const size_t first = msgs.front().first == "system" ? 1 : 0;
     while (count_tokens(model.m, prompt) + static_cast<size_t>(n_predict) > n_ctx && msgs.size() - first > 1) {
       msgs.erase(msgs.begin() + static_cast<long>(first));
       if (msgs.size() - first > 1 && msgs[first].first == "assistant") msgs.erase(msgs.begin() + static_cast<long>(first));
-      prompt = render(model.m, tmpl, msgs);
+      prompt = render(model.m, tmpl_arg, msgs);
     }
     if (a.flag("--show-prompt")) std::fprintf(stderr, "[prompt]\n%s\n[/prompt]\n", prompt.c_str());
 
