@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "api/api_util.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/engine_thread.h"
@@ -61,76 +62,12 @@ namespace {
 
 thread_local std::string t_last_error;
 
-infer_status fail(infer_status s, const std::string& msg) {
-  t_last_error = msg;
-  infer::log(infer::LogLevel::Debug, "api error: %s", msg.c_str());
-  return s;
-}
-
-// Runs fn, translating every exception into a status. The library never
-// lets an exception cross the C boundary.
-template <typename F>
-infer_status guarded(F&& fn) {
-  try {
-    t_last_error.clear();
-    return fn();
-  } catch (const infer::Error& e) {
-    return fail(static_cast<infer_status>(e.status()), e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(INFER_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(INFER_ERR_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(INFER_ERR_INTERNAL, "internal error: unknown exception");
-  }
-}
-
-#define CHECK_ARG(cond, msg)                                   \
-  do {                                                         \
-    if (!(cond)) return fail(INFER_ERR_INVALID_ARGUMENT, msg); \
-  } while (0)
-
-// Copies a string into a caller buffer (NUL-terminated), reporting the size.
-infer_status copy_out(const std::string& s, char* buf, size_t buf_size, size_t* needed) {
-  if (needed) *needed = s.size() + 1;
-  if (!buf || buf_size < s.size() + 1) {
-    if (buf && buf_size > 0) buf[0] = '\0';
-    return fail(INFER_ERR_BUFFER_TOO_SMALL,
-                infer::strformat("buffer of %zu bytes is too small: %zu needed", buf_size, s.size() + 1));
-  }
-  std::memcpy(buf, s.data(), s.size());
-  buf[s.size()] = '\0';
-  return INFER_OK;
-}
-
-// struct_size must cover at least the first field after it (the oldest
-// layout) and at most what this library knows.
-template <typename T>
-bool size_ok(const T* p) {
-  return p && p->struct_size >= sizeof(uint32_t) + 4 && p->struct_size <= sizeof(T) * 2;
-}
-
-// Reads a parameter struct written by a caller built against an older or
-// newer header: known fields present in the caller's struct are used, the
-// rest keep their defaults.
-template <typename T>
-T read_params(const T* p, void (*init)(T*)) {
-  T out;
-  init(&out);
-  if (p) std::memcpy(&out, p, std::min<size_t>(p->struct_size, sizeof(T)));
-  out.struct_size = sizeof(T);
-  return out;
-}
-
-// Copies a result struct into the caller's, which may be an older (shorter)
-// layout: only the fields the caller knows are written.
-template <typename T>
-infer_status write_out(T* dst, const T& src) {
-  const uint32_t n = std::min<uint32_t>(dst->struct_size, sizeof(T));
-  std::memcpy(dst, &src, n);
-  dst->struct_size = n;
-  return INFER_OK;
-}
+using infer::api::copy_out;
+using infer::api::fail;
+using infer::api::guarded;
+using infer::api::read_params;
+using infer::api::size_ok;
+using infer::api::write_out;
 
 std::string render_value(const infer::GgufValue& v) {
   using infer::GgufType;
@@ -158,7 +95,12 @@ std::string render_value(const infer::GgufValue& v) {
 // For the C API's other translation units (c_api_chat.cpp): the same error
 // reporting, and the core model behind a handle.
 namespace infer::api {
-infer_status fail(infer_status s, const std::string& msg) { return ::fail(s, msg); }
+infer_status fail(infer_status s, const std::string& msg) {
+  t_last_error = msg;
+  infer::log(infer::LogLevel::Debug, "api error: %s", msg.c_str());
+  return s;
+}
+void clear_error() { t_last_error.clear(); }
 const infer::Model& model_of(const infer_model* m) { return *m->model; }
 }  // namespace infer::api
 
@@ -206,8 +148,8 @@ void infer_model_params_init(infer_model_params* p) {
 
 infer_status infer_model_load(const char* path, const infer_model_params* params, infer_model** out) {
   if (out) *out = nullptr;
-  CHECK_ARG(path && out, "infer_model_load: path and out must not be NULL");
-  CHECK_ARG(!params || size_ok(params), "infer_model_load: params->struct_size is wrong (call infer_model_params_init)");
+  INFER_CHECK_ARG(path && out, "infer_model_load: path and out must not be NULL");
+  INFER_CHECK_ARG(!params || size_ok(params), "infer_model_load: params->struct_size is wrong (call infer_model_params_init)");
   const infer_model_params p = read_params(params, infer_model_params_init);
   return guarded([&] {
     if (p.backend == INFER_BACKEND_CUDA)
@@ -236,8 +178,8 @@ void infer_model_info_init(infer_model_info* info) {
 }
 
 infer_status infer_model_get_info(const infer_model* model, infer_model_info* info) {
-  CHECK_ARG(model && info, "infer_model_get_info: model and info must not be NULL");
-  CHECK_ARG(size_ok(info), "infer_model_get_info: info->struct_size is wrong (call infer_model_info_init)");
+  INFER_CHECK_ARG(model && info, "infer_model_get_info: model and info must not be NULL");
+  INFER_CHECK_ARG(size_ok(info), "infer_model_get_info: info->struct_size is wrong (call infer_model_info_init)");
   const infer::ModelConfig& c = model->model->config();
   infer_model_info o;
   infer_model_info_init(&o);
@@ -264,7 +206,7 @@ infer_status infer_model_get_info(const infer_model* model, infer_model_info* in
 }
 
 infer_status infer_model_meta(const infer_model* model, const char* key, char* buf, size_t buf_size, size_t* needed) {
-  CHECK_ARG(model && key, "infer_model_meta: model and key must not be NULL");
+  INFER_CHECK_ARG(model && key, "infer_model_meta: model and key must not be NULL");
   return guarded([&] {
     const infer::GgufValue* v = model->model->gguf().find(key);
     if (!v) return fail(INFER_ERR_NOT_FOUND, infer::strformat("no metadata key '%s'", key));
@@ -277,9 +219,9 @@ int32_t infer_model_tensor_count(const infer_model* model) {
 }
 
 infer_status infer_model_tensor(const infer_model* model, int32_t index, infer_tensor_info* info) {
-  CHECK_ARG(model && info && size_ok(info), "infer_model_tensor: NULL argument or wrong struct_size");
+  INFER_CHECK_ARG(model && info && size_ok(info), "infer_model_tensor: NULL argument or wrong struct_size");
   const auto& ts = model->model->gguf().tensors();
-  CHECK_ARG(index >= 0 && index < static_cast<int32_t>(ts.size()), "infer_model_tensor: index out of range");
+  INFER_CHECK_ARG(index >= 0 && index < static_cast<int32_t>(ts.size()), "infer_model_tensor: index out of range");
   const infer::GgufTensorInfo& t = ts[index];
   infer_tensor_info o;
   std::memset(&o, 0, sizeof o);
@@ -297,9 +239,9 @@ infer_status infer_model_tensor(const infer_model* model, int32_t index, infer_t
 infer_status infer_tokenize(const infer_model* model, const char* text, size_t text_len, int32_t add_bos,
                             int32_t parse_special, int32_t* tokens, size_t capacity, size_t* n_tokens) {
   if (n_tokens) *n_tokens = 0;
-  CHECK_ARG(model && (text || text_len == 0), "infer_tokenize: model and text must not be NULL");
-  CHECK_ARG(tokens || capacity == 0, "infer_tokenize: tokens is NULL but capacity is not 0");
-  CHECK_ARG(add_bos >= -1 && add_bos <= 1, "infer_tokenize: add_bos must be -1, 0 or 1");
+  INFER_CHECK_ARG(model && (text || text_len == 0), "infer_tokenize: model and text must not be NULL");
+  INFER_CHECK_ARG(tokens || capacity == 0, "infer_tokenize: tokens is NULL but capacity is not 0");
+  INFER_CHECK_ARG(add_bos >= -1 && add_bos <= 1, "infer_tokenize: add_bos must be -1, 0 or 1");
   return guarded([&] {
     const infer::Tokenizer& tok = model->model->tokenizer();
     const bool bos = add_bos < 0 ? tok.vocab().add_bos : add_bos != 0;
@@ -316,7 +258,7 @@ infer_status infer_tokenize(const infer_model* model, const char* text, size_t t
 infer_status infer_detokenize(const infer_model* model, const int32_t* tokens, size_t n_tokens, int32_t render_special,
                               char* buf, size_t buf_size, size_t* needed) {
   if (needed) *needed = 0;
-  CHECK_ARG(model && (tokens || n_tokens == 0), "infer_detokenize: model and tokens must not be NULL");
+  INFER_CHECK_ARG(model && (tokens || n_tokens == 0), "infer_detokenize: model and tokens must not be NULL");
   return guarded([&] {
     std::vector<int32_t> ids(tokens, tokens + n_tokens);
     return copy_out(model->model->tokenizer().decode(ids, render_special != 0), buf, buf_size, needed);
@@ -325,7 +267,7 @@ infer_status infer_detokenize(const infer_model* model, const int32_t* tokens, s
 
 infer_status infer_token_piece(const infer_model* model, int32_t token, char* buf, size_t buf_size, size_t* n_bytes) {
   if (n_bytes) *n_bytes = 0;
-  CHECK_ARG(model, "infer_token_piece: model must not be NULL");
+  INFER_CHECK_ARG(model, "infer_token_piece: model must not be NULL");
   return guarded([&] {
     const std::string piece = model->model->tokenizer().token_to_piece(token, true);
     if (n_bytes) *n_bytes = piece.size();
@@ -388,8 +330,8 @@ void infer_engine_params_init(infer_engine_params* p) {
 
 infer_status infer_engine_create(infer_model* model, const infer_engine_params* params, infer_engine** out) {
   if (out) *out = nullptr;
-  CHECK_ARG(model && out, "infer_engine_create: model and out must not be NULL");
-  CHECK_ARG(!params || size_ok(params), "infer_engine_create: params->struct_size is wrong");
+  INFER_CHECK_ARG(model && out, "infer_engine_create: model and out must not be NULL");
+  INFER_CHECK_ARG(!params || size_ok(params), "infer_engine_create: params->struct_size is wrong");
   return guarded([&] {
     auto e = std::make_unique<infer_engine>();
     e->model = model;
@@ -503,15 +445,15 @@ std::unique_ptr<infer_request> new_handle(const infer_request_params& p) {
 
 infer_status infer_submit(infer_engine* engine, const infer_request_params* params, infer_request** out) {
   if (out) *out = nullptr;
-  CHECK_ARG(engine && params && out, "infer_submit: engine, params and out must not be NULL");
-  CHECK_ARG(size_ok(params), "infer_submit: params->struct_size is wrong (call infer_request_params_init)");
+  INFER_CHECK_ARG(engine && params && out, "infer_submit: engine, params and out must not be NULL");
+  INFER_CHECK_ARG(size_ok(params), "infer_submit: params->struct_size is wrong (call infer_request_params_init)");
   const infer_request_params p = read_params(params, infer_request_params_init);
-  CHECK_ARG(!p.sampling || size_ok(p.sampling), "infer_submit: sampling->struct_size is wrong");
-  CHECK_ARG((p.prompt != nullptr) != (p.prompt_tokens != nullptr),
+  INFER_CHECK_ARG(!p.sampling || size_ok(p.sampling), "infer_submit: sampling->struct_size is wrong");
+  INFER_CHECK_ARG((p.prompt != nullptr) != (p.prompt_tokens != nullptr),
             "infer_submit: give exactly one of prompt and prompt_tokens");
-  CHECK_ARG(!p.prompt_tokens || p.n_prompt_tokens > 0, "infer_submit: n_prompt_tokens is 0");
-  CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit: add_bos must be -1, 0 or 1");
-  CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit: n_stop > 0 but stop is NULL");
+  INFER_CHECK_ARG(!p.prompt_tokens || p.n_prompt_tokens > 0, "infer_submit: n_prompt_tokens is 0");
+  INFER_CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit: add_bos must be -1, 0 or 1");
+  INFER_CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit: n_stop > 0 but stop is NULL");
   return guarded([&] {
     auto h = new_handle(p);
     h->engine = engine;
@@ -523,17 +465,17 @@ infer_status infer_submit(infer_engine* engine, const infer_request_params* para
 }
 
 infer_status infer_submit_n(infer_engine* engine, const infer_request_params* params, int32_t n, infer_request** out) {
-  CHECK_ARG(engine && params && out, "infer_submit_n: engine, params and out must not be NULL");
-  CHECK_ARG(n >= 1, "infer_submit_n: n must be at least 1");
+  INFER_CHECK_ARG(engine && params && out, "infer_submit_n: engine, params and out must not be NULL");
+  INFER_CHECK_ARG(n >= 1, "infer_submit_n: n must be at least 1");
   for (int32_t i = 0; i < n; ++i) out[i] = nullptr;
-  CHECK_ARG(size_ok(params), "infer_submit_n: params->struct_size is wrong (call infer_request_params_init)");
+  INFER_CHECK_ARG(size_ok(params), "infer_submit_n: params->struct_size is wrong (call infer_request_params_init)");
   const infer_request_params p = read_params(params, infer_request_params_init);
-  CHECK_ARG(!p.sampling || size_ok(p.sampling), "infer_submit_n: sampling->struct_size is wrong");
-  CHECK_ARG((p.prompt != nullptr) != (p.prompt_tokens != nullptr),
+  INFER_CHECK_ARG(!p.sampling || size_ok(p.sampling), "infer_submit_n: sampling->struct_size is wrong");
+  INFER_CHECK_ARG((p.prompt != nullptr) != (p.prompt_tokens != nullptr),
             "infer_submit_n: give exactly one of prompt and prompt_tokens");
-  CHECK_ARG(!p.prompt_tokens || p.n_prompt_tokens > 0, "infer_submit_n: n_prompt_tokens is 0");
-  CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit_n: add_bos must be -1, 0 or 1");
-  CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit_n: n_stop > 0 but stop is NULL");
+  INFER_CHECK_ARG(!p.prompt_tokens || p.n_prompt_tokens > 0, "infer_submit_n: n_prompt_tokens is 0");
+  INFER_CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit_n: add_bos must be -1, 0 or 1");
+  INFER_CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit_n: n_stop > 0 but stop is NULL");
   return guarded([&] {
     std::vector<std::unique_ptr<infer_request>> handles;
     for (int32_t i = 0; i < n; ++i) handles.push_back(new_handle(p));
@@ -559,7 +501,7 @@ infer_status infer_submit_n(infer_engine* engine, const infer_request_params* pa
 
 infer_status infer_engine_step(infer_engine* engine, int32_t* n_active) {
   if (n_active) *n_active = 0;
-  CHECK_ARG(engine, "infer_engine_step: engine must not be NULL");
+  INFER_CHECK_ARG(engine, "infer_engine_step: engine must not be NULL");
   if (engine->threaded) return fail(INFER_ERR_BUSY, "infer_engine_step: the engine's background thread is running");
   return guarded([&] {
     const int n = engine->engine->step();
@@ -569,7 +511,7 @@ infer_status infer_engine_step(infer_engine* engine, int32_t* n_active) {
 }
 
 infer_status infer_engine_run(infer_engine* engine) {
-  CHECK_ARG(engine, "infer_engine_run: engine must not be NULL");
+  INFER_CHECK_ARG(engine, "infer_engine_run: engine must not be NULL");
   if (engine->threaded) return fail(INFER_ERR_BUSY, "infer_engine_run: the engine's background thread is running");
   return guarded([&] {
     engine->engine->run();
@@ -578,7 +520,7 @@ infer_status infer_engine_run(infer_engine* engine) {
 }
 
 infer_status infer_request_cancel(infer_request* request) {
-  CHECK_ARG(request, "infer_request_cancel: request must not be NULL");
+  INFER_CHECK_ARG(request, "infer_request_cancel: request must not be NULL");
   request->req->request_cancel();
   return INFER_OK;
 }
@@ -597,7 +539,7 @@ void infer_request_stats_init(infer_request_stats* s) {
 }
 
 infer_status infer_request_get_stats(const infer_request* request, infer_request_stats* stats) {
-  CHECK_ARG(request && stats && size_ok(stats), "infer_request_get_stats: NULL argument or wrong struct_size");
+  INFER_CHECK_ARG(request && stats && size_ok(stats), "infer_request_get_stats: NULL argument or wrong struct_size");
   const infer::Request& r = *request->req;
   std::lock_guard<std::mutex> lock(r.mutex());
   const infer::RequestTimes& t = r.times();
@@ -628,14 +570,14 @@ infer_status infer_request_get_stats(const infer_request* request, infer_request
 }
 
 infer_status infer_request_tokens(const infer_request* request, const int32_t** tokens, size_t* n_tokens) {
-  CHECK_ARG(request && tokens && n_tokens, "infer_request_tokens: NULL argument");
+  INFER_CHECK_ARG(request && tokens && n_tokens, "infer_request_tokens: NULL argument");
   *tokens = request->req->generated();
   *n_tokens = static_cast<size_t>(request->req->n_generated());
   return INFER_OK;
 }
 
 infer_status infer_request_text(const infer_request* request, char* buf, size_t buf_size, size_t* needed) {
-  CHECK_ARG(request, "infer_request_text: request must not be NULL");
+  INFER_CHECK_ARG(request, "infer_request_text: request must not be NULL");
   std::string text;
   {
     std::lock_guard<std::mutex> lock(request->req->mutex());
@@ -645,7 +587,7 @@ infer_status infer_request_text(const infer_request* request, char* buf, size_t 
 }
 
 infer_status infer_request_logits(const infer_request* request, const float** data, size_t* n_rows, size_t* n_vocab) {
-  CHECK_ARG(request && data && n_rows && n_vocab, "infer_request_logits: NULL argument");
+  INFER_CHECK_ARG(request && data && n_rows && n_vocab, "infer_request_logits: NULL argument");
   const infer::Request& r = *request->req;
   if (r.params().logits == 0)
     return fail(INFER_ERR_INVALID_ARGUMENT, "the request was submitted without INFER_LOGITS_* flags");
@@ -665,7 +607,7 @@ infer_status infer_request_next_tokens(infer_request* request, int32_t timeout_m
                                        size_t* n_tokens, int32_t* finished) {
   if (n_tokens) *n_tokens = 0;
   if (finished) *finished = 0;
-  CHECK_ARG(request && n_tokens && finished && (tokens || capacity == 0),
+  INFER_CHECK_ARG(request && n_tokens && finished && (tokens || capacity == 0),
             "infer_request_next_tokens: NULL argument");
   const infer::Request& r = *request->req;
   r.wait_for(request->tokens_read, timeout_ms);
@@ -683,7 +625,7 @@ infer_status infer_request_next_text(infer_request* request, int32_t timeout_ms,
                                      size_t* n_bytes, int32_t* finished) {
   if (n_bytes) *n_bytes = 0;
   if (finished) *finished = 0;
-  CHECK_ARG(request && n_bytes && finished && buf && buf_size > 0, "infer_request_next_text: NULL argument or empty buffer");
+  INFER_CHECK_ARG(request && n_bytes && finished && buf && buf_size > 0, "infer_request_next_text: NULL argument or empty buffer");
   const infer::Request& r = *request->req;
   {
     // Wait for text: new tokens may release no text (held back), so wait on
@@ -714,7 +656,7 @@ void infer_engine_stats_init(infer_engine_stats* s) {
 }
 
 infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_stats* stats) {
-  CHECK_ARG(engine && stats && size_ok(stats), "infer_engine_get_stats: NULL argument or wrong struct_size");
+  INFER_CHECK_ARG(engine && stats && size_ok(stats), "infer_engine_get_stats: NULL argument or wrong struct_size");
   const infer::Engine& e = *engine->engine;
   const infer::EngineStats s = e.stats();
   infer_engine_stats o;
@@ -748,7 +690,7 @@ infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_sta
 infer_status infer_engine_max_concurrency(const infer_engine* engine, int32_t prompt_len, int32_t output_len,
                                           int32_t* out) {
   if (out) *out = 0;
-  CHECK_ARG(engine && out, "infer_engine_max_concurrency: NULL argument");
+  INFER_CHECK_ARG(engine && out, "infer_engine_max_concurrency: NULL argument");
   return guarded([&] {
     *out = engine->engine->max_concurrency(prompt_len, output_len);
     return INFER_OK;
@@ -756,7 +698,7 @@ infer_status infer_engine_max_concurrency(const infer_engine* engine, int32_t pr
 }
 
 infer_status infer_engine_start(infer_engine* engine) {
-  CHECK_ARG(engine, "infer_engine_start: engine must not be NULL");
+  INFER_CHECK_ARG(engine, "infer_engine_start: engine must not be NULL");
   return guarded([&] {
     std::lock_guard<std::mutex> lock(engine->thread_mu);
     if (!engine->thread) {
@@ -769,7 +711,7 @@ infer_status infer_engine_start(infer_engine* engine) {
 }
 
 infer_status infer_engine_stop(infer_engine* engine, int32_t drain) {
-  CHECK_ARG(engine, "infer_engine_stop: engine must not be NULL");
+  INFER_CHECK_ARG(engine, "infer_engine_stop: engine must not be NULL");
   return guarded([&] {
     std::unique_ptr<infer::EngineThread> t;
     {
@@ -783,7 +725,7 @@ infer_status infer_engine_stop(infer_engine* engine, int32_t drain) {
 }
 
 infer_status infer_engine_wait_idle(infer_engine* engine) {
-  CHECK_ARG(engine, "infer_engine_wait_idle: engine must not be NULL");
+  INFER_CHECK_ARG(engine, "infer_engine_wait_idle: engine must not be NULL");
   return guarded([&] {
     std::unique_lock<std::mutex> lock(engine->thread_mu);
     if (engine->thread) {
@@ -803,7 +745,7 @@ infer_status infer_engine_wait_idle(infer_engine* engine) {
 infer_status infer_generate(infer_model* model, const char* prompt, const infer_sampling_params* sampling,
                             int32_t max_tokens, char** out_text) {
   if (out_text) *out_text = nullptr;
-  CHECK_ARG(model && prompt && out_text, "infer_generate: model, prompt and out_text must not be NULL");
+  INFER_CHECK_ARG(model && prompt && out_text, "infer_generate: model, prompt and out_text must not be NULL");
   infer_engine_params ep;
   infer_engine_params_init(&ep);
   ep.max_seqs = 1;
@@ -836,7 +778,7 @@ infer_status infer_generate(infer_model* model, const char* prompt, const infer_
 }
 
 infer_status infer_convert_llama2c(const char* checkpoint_path, const char* tokenizer_path, const char* out_path) {
-  CHECK_ARG(checkpoint_path && tokenizer_path && out_path, "infer_convert_llama2c: paths must not be NULL");
+  INFER_CHECK_ARG(checkpoint_path && tokenizer_path && out_path, "infer_convert_llama2c: paths must not be NULL");
   return guarded([&] {
     infer::convert_llama2c(checkpoint_path, tokenizer_path, out_path);
     return INFER_OK;
@@ -845,7 +787,7 @@ infer_status infer_convert_llama2c(const char* checkpoint_path, const char* toke
 
 infer_status infer_perplexity(infer_model* model, const char* text, int32_t n_ctx, int32_t n_threads,
                               infer_perplexity_result* result) {
-  CHECK_ARG(model && text && result && size_ok(result), "infer_perplexity: NULL argument or wrong struct_size");
+  INFER_CHECK_ARG(model && text && result && size_ok(result), "infer_perplexity: NULL argument or wrong struct_size");
   return guarded([&] {
     const infer::PerplexityResult r = infer::perplexity(*model->model, text, n_ctx, n_threads);
     infer_perplexity_result o;
@@ -870,10 +812,10 @@ void infer_bench_params_init(infer_bench_params* p) {
 }
 
 infer_status infer_bench(infer_model* model, const infer_bench_params* params, infer_bench_result* result) {
-  CHECK_ARG(model && result && size_ok(result), "infer_bench: NULL argument or wrong struct_size");
-  CHECK_ARG(!params || size_ok(params), "infer_bench: params->struct_size is wrong");
+  INFER_CHECK_ARG(model && result && size_ok(result), "infer_bench: NULL argument or wrong struct_size");
+  INFER_CHECK_ARG(!params || size_ok(params), "infer_bench: params->struct_size is wrong");
   const infer_bench_params p = read_params(params, infer_bench_params_init);
-  CHECK_ARG(!p.engine || size_ok(p.engine), "infer_bench: engine->struct_size is wrong");
+  INFER_CHECK_ARG(!p.engine || size_ok(p.engine), "infer_bench: engine->struct_size is wrong");
   return guarded([&] {
     infer::EngineParams ep = to_engine_params(p.engine);
     ep.n_threads = p.n_threads;

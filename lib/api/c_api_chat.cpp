@@ -5,47 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "api/api_util.h"
 #include "core/error.h"
 #include "infer/infer.h"
 #include "model/model.h"
 #include "tokenizer/chat.h"
 
-// Defined in c_api.cpp.
-namespace infer::api {
-infer_status fail(infer_status s, const std::string& msg);
-const infer::Model& model_of(const infer_model* m);
-}  // namespace infer::api
-
 namespace {
 
+using infer::api::copy_out;
 using infer::api::fail;
-
-template <typename F>
-infer_status guarded(F&& fn) {
-  try {
-    return fn();
-  } catch (const infer::Error& e) {
-    return fail(static_cast<infer_status>(e.status()), e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(INFER_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(INFER_ERR_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(INFER_ERR_INTERNAL, "internal error: unknown exception");
-  }
-}
-
-infer_status copy_out(const std::string& s, char* buf, size_t buf_size, size_t* needed) {
-  if (needed) *needed = s.size() + 1;
-  if (!buf || buf_size < s.size() + 1) {
-    if (buf && buf_size > 0) buf[0] = '\0';
-    return fail(INFER_ERR_BUFFER_TOO_SMALL,
-                infer::strformat("buffer of %zu bytes is too small: %zu needed", buf_size, s.size() + 1));
-  }
-  std::memcpy(buf, s.data(), s.size());
-  buf[s.size()] = '\0';
-  return INFER_OK;
-}
+using infer::api::guarded;
 
 // The text of a special token of the model ("" when it has none).
 std::string token_text(const infer::Tokenizer& tok, int32_t id) {

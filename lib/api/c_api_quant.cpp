@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include "api/api_util.h"
 #include "core/error.h"
 #include "engine/tools.h"
 #include "infer/infer.h"
@@ -14,52 +15,13 @@
 #include "quant/formats.h"
 #include "quant/quantize.h"
 
-// Defined in c_api.cpp.
-namespace infer::api {
-infer_status fail(infer_status s, const std::string& msg);
-const infer::Model& model_of(const infer_model* m);
-}  // namespace infer::api
-
 namespace {
 
 using infer::api::fail;
-
-template <typename F>
-infer_status guarded(F&& fn) {
-  try {
-    return fn();
-  } catch (const infer::Error& e) {
-    return fail(static_cast<infer_status>(e.status()), e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(INFER_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return fail(INFER_ERR_INTERNAL, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return fail(INFER_ERR_INTERNAL, "internal error: unknown exception");
-  }
-}
-
-// struct_size must cover the first field after it and at most twice ours.
-template <typename T>
-bool size_ok(const T* p) {
-  return p && p->struct_size >= sizeof(uint32_t) + 4 && p->struct_size <= sizeof(T) * 2;
-}
-
-template <typename T>
-T read_params(const T* p, void (*init)(T*)) {
-  T out;
-  init(&out);
-  if (p) std::memcpy(&out, p, std::min<size_t>(p->struct_size, sizeof(T)));
-  out.struct_size = sizeof(T);
-  return out;
-}
-
-template <typename T>
-void write_out(T* dst, const T& src) {
-  const uint32_t n = std::min<uint32_t>(dst->struct_size, sizeof(T));
-  std::memcpy(dst, &src, n);
-  dst->struct_size = n;
-}
+using infer::api::guarded;
+using infer::api::read_params;
+using infer::api::size_ok;
+using infer::api::write_out;
 
 infer::DType parse_type(const char* name, int32_t group) {
   infer::DType t;
