@@ -115,6 +115,17 @@ struct FormatKernel {
 // (bytes, 0 = off) overrides it, for tuning.
 int prefetch_distance();
 
+// Prefetches, `dist` bytes ahead, every cache line of [from, to): kernels call
+// it once per block of their stream, so that blocks whose size is not a
+// multiple of 64 bytes (a Q4_0 block of a panel is 288) still get every line
+// prefetched, not only the lines their 64-byte loads start in.
+inline void prefetch_span(const uint8_t* from, const uint8_t* to, int dist) {
+  if (!dist) return;
+  const uintptr_t e = reinterpret_cast<uintptr_t>(to) + static_cast<uintptr_t>(dist);
+  for (uintptr_t a = (reinterpret_cast<uintptr_t>(from) + static_cast<uintptr_t>(dist)) & ~uintptr_t(63); a < e; a += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(a));
+}
+
 // Kernel tables of each ISA (cpu/avx2/qgemm_avx2.cpp, cpu/avx512/qgemm_avx512.cpp).
 FormatKernel avx2_format_kernel(DType t, int64_t m);
 FormatKernel avx512_format_kernel(DType t, int64_t m);

@@ -149,10 +149,10 @@ void k4_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, i
       }
       const int64_t blk = g * bpg + b;  // activation block
       const uint8_t* wq = gd + b * 256 + 32 * half;
+      if (half == 0) prefetch_span(b == 0 ? gd : gd + b * 256, b == bpg - 1 ? gd + group_bytes : gd + b * 256 + 256, pf);
       __m256i s16[NX];
       for (int r = 0; r < NX; ++r) s16[r] = _mm256_setzero_si256();
       for (int s = 0; s < 4; ++s) {
-        if (pf && half == 0) _mm_prefetch(reinterpret_cast<const char*>(wq + 64 * s) + pf, _MM_HINT_T0);
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 64 * s));
         const __m256i lo = _mm256_and_si256(v, m4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -190,8 +190,8 @@ void k8_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, i
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* bd = panel + head + b * block_bytes;
+    if (half == 0) prefetch_span(b == 0 ? panel : bd, bd + block_bytes, pf);
     for (int s = 0; s < 8; ++s) {
-      if (pf && half == 0) _mm_prefetch(reinterpret_cast<const char*>(bd + 64 * s) + pf, _MM_HINT_T0);
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s + 32 * half));
       const __m256i av = _mm256_sign_epi8(v, v);  // |w| (as unsigned: -128 -> 128)
       for (int r = 0; r < NX; ++r) {

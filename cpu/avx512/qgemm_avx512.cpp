@@ -82,10 +82,10 @@ void k4_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
       }
       const int64_t blk = g * bpg + b;
       const uint8_t* wq = gd + b * 256;
+      prefetch_span(b == 0 ? gd : wq, b == bpg - 1 ? gd + group_bytes : wq + 256, kPrefetchBytes);
       __m512i s32[NX];
       for (int r = 0; r < NX; ++r) s32[r] = _mm512_setzero_si512();
       for (int s = 0; s < 4; ++s) {
-        if (kPrefetchBytes) _mm_prefetch(reinterpret_cast<const char*>(wq + 64 * s) + kPrefetchBytes, _MM_HINT_T0);
         const __m512i v = _mm512_loadu_si512(wq + 64 * s);
         const __m512i lo = _mm512_and_si512(v, m4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -123,8 +123,8 @@ void k8_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* bd = panel + head + b * block_bytes;
     __m512i corr = _mm512_setzero_si512();
+    prefetch_span(b == 0 ? panel : bd, bd + block_bytes, kPrefetchBytes);
     for (int s = 0; s < 8; ++s) {
-      if (kPrefetchBytes) _mm_prefetch(reinterpret_cast<const char*>(bd + 64 * s) + kPrefetchBytes, _MM_HINT_T0);
       const __m512i v = _mm512_loadu_si512(bd + 64 * s);
       if constexpr (!PerRow) corr = _mm512_dpbusd_epi32(corr, k128, v);
       for (int r = 0; r < NX; ++r) s32[r] = _mm512_dpbusd_epi32(s32[r], bcast32(qa.urow(i0 + r) + 32 * b + 4 * s), v);
