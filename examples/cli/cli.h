@@ -192,6 +192,16 @@ inline const char* kv_type_name(infer_kv_type t) {
   return t == INFER_KV_F16 ? "f16" : t == INFER_KV_INT8 ? "int8" : "f32";
 }
 
+// Token callback that streams each piece of text to stdout; user_data
+// points to a bool that silences it when true.
+inline int32_t print_token(infer_request*, int32_t, const char* text, size_t len, void* quiet) {
+  if (!*static_cast<const bool*>(quiet)) {
+    std::fwrite(text, 1, len, stdout);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 // A subcommand: `infer NAME ...`. Each cmd_*.cpp registers its own with a
 // static Register object, so adding a command touches no other file.
 struct Command {

@@ -15,18 +15,6 @@ namespace {
 // engine, so the prefix cache serves the part of the prompt that earlier
 // turns already computed. Ends at EOF or "/exit".
 
-struct TurnState {
-  bool quiet;
-};
-
-int32_t on_chat_token(infer_request*, int32_t, const char* text, size_t len, void* user) {
-  if (!static_cast<TurnState*>(user)->quiet) {
-    std::fwrite(text, 1, len, stdout);
-    std::fflush(stdout);
-  }
-  return 0;
-}
-
 // tmpl NULL: the model's own template (with the variations its text selects).
 std::string render(infer_model* m, const char* tmpl, const std::vector<std::pair<std::string, std::string>>& msgs) {
   std::vector<infer_chat_message> cm;
@@ -141,9 +129,8 @@ int cmd_chat(int argc, char** argv) {
     rp.sampling = &sp;
     rp.stop = stop_ptrs.empty() ? nullptr : stop_ptrs.data();
     rp.n_stop = stop_ptrs.size();
-    TurnState state{quiet};
-    rp.on_token = on_chat_token;
-    rp.user_data = &state;
+    rp.on_token = print_token;
+    rp.user_data = const_cast<bool*>(&quiet);
     infer_request* req = nullptr;
     check(infer_submit(engine.e, &rp, &req), "submitting the turn");
     const infer_status st = infer_engine_run(engine.e);

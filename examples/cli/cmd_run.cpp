@@ -5,18 +5,6 @@ namespace {
 
 // ---- run ----
 
-struct RunState {
-  bool quiet;
-};
-
-int32_t on_token(infer_request*, int32_t, const char* text, size_t len, void* user) {
-  if (!static_cast<RunState*>(user)->quiet) {
-    std::fwrite(text, 1, len, stdout);
-    std::fflush(stdout);
-  }
-  return 0;
-}
-
 int cmd_run(int argc, char** argv) {
   Args a(argc, argv, 2,
          with({"-m", "--model", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
@@ -84,14 +72,14 @@ int cmd_run(int argc, char** argv) {
   rp.n_stop = stop_ptrs.size();
   const bool dump = a.has("--dump-logits");
   if (dump) rp.logits = INFER_LOGITS_PROMPT | INFER_LOGITS_GENERATED;
-  RunState state{a.flag("--quiet")};
-  rp.on_token = on_token;
-  rp.user_data = &state;
+  const bool quiet = a.flag("--quiet");
+  rp.on_token = print_token;
+  rp.user_data = const_cast<bool*>(&quiet);
 
   infer_request* req = nullptr;
   check(infer_submit(engine.e, &rp, &req), "submitting the request");
   // Echo the prompt as text (the reference output includes it).
-  if (!state.quiet) {
+  if (!quiet) {
     std::vector<int32_t> ids = prompt_tokens;
     if (ids.empty() && !prompt.empty()) {
       size_t n = 0;
@@ -115,7 +103,7 @@ int cmd_run(int argc, char** argv) {
   infer_request_stats s;
   infer_request_stats_init(&s);
   infer_request_get_stats(req, &s);
-  if (!state.quiet) std::fputc('\n', stdout);
+  if (!quiet) std::fputc('\n', stdout);
   if (s.finish_reason == INFER_FINISH_ERROR) {
     const std::string msg = infer_request_error(req);
     infer_request_free(req);
