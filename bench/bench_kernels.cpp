@@ -7,6 +7,7 @@
 //                           2048 x 5632 matrices to fill ~768 MiB of weights;
 //                           bytes_per_second counts weight bytes as stored
 //   BM_Gemm/FMT/M/T         one 5632 x 2048 matrix, m rows: GFLOP/s
+//   BM_PeakFma, BM_PeakInt8 the f32 FMA and int8 compute peaks GEMM is compared with
 //
 // The ISA is the best the CPU has; INFER_CPU_ISA=avx2 (or scalar) caps it.
 #include <benchmark/benchmark.h>
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <immintrin.h>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -75,6 +77,80 @@ void BM_ReadBandwidth(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(n));
 }
 BENCHMARK(BM_ReadBandwidth)->ArgsProduct({{1, 2}, {0, 1024, 4096, 8192, 16384}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The compute peak the GEMM figures are compared with: per thread, a loop of
+// 12 independent accumulator chains (enough to cover the instructions'
+// latency on two ports), counting 2 operations per multiply-add.
+//   BM_PeakFma/ISA/T    f32 FMA: ISA 0 = AVX2 (8 lanes), 1 = AVX-512 (16 lanes)
+//   BM_PeakInt8/ISA/T   int8 multiply-adds: 0 = AVX2 vpmaddubsw + vpmaddwd +
+//                       vpaddd (the no-VNNI path), 1 = AVX-512-VNNI vpdpbusd
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
+  __m256 a[12];
+  const __m256 m = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.001f);
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(static_cast<float>(j));
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  for (int j = 1; j < 12; ++j) a[0] = _mm256_add_ps(a[0], a[j]);
+  return _mm256_cvtss_f32(a[0]);
+}
+__attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters) {
+  __m512 a[12];
+  const __m512 m = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.001f);
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j));
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+  for (int j = 1; j < 12; ++j) a[0] = _mm512_add_ps(a[0], a[j]);
+  return _mm512_reduce_add_ps(a[0]);
+}
+__attribute__((target("avx2"))) int32_t int8_loop_avx2(int64_t iters) {
+  __m256i a[12];
+  const __m256i u = _mm256_set1_epi8(3), s8 = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_epi32(j);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s8), ones));
+  for (int j = 1; j < 12; ++j) a[0] = _mm256_add_epi32(a[0], a[j]);
+  return _mm256_extract_epi32(a[0], 0);
+}
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int32_t int8_loop_vnni(int64_t iters) {
+  __m512i a[12];
+  const __m512i u = _mm512_set1_epi8(3), s8 = _mm512_set1_epi8(-2);
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_epi32(j);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbusd_epi32(a[j], u, s8);
+  for (int j = 1; j < 12; ++j) a[0] = _mm512_add_epi32(a[0], a[j]);
+  return _mm512_reduce_add_epi32(a[0]);
+}
+
+void peak_body(benchmark::State& state, double ops_per_iter, const std::function<double(int64_t)>& loop) {
+  const int threads = static_cast<int>(state.range(1));
+  const int64_t iters = 1 << 22;
+  ThreadPool pool(threads);
+  std::vector<double> sink(threads);
+  for (auto _ : state) {
+    pool.run([&](int tid, int) { sink[tid] = loop(iters); });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.counters["GOP/s"] = benchmark::Counter(ops_per_iter * iters * threads * state.iterations(),
+                                               benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+void BM_PeakFma(benchmark::State& state) {
+  const bool z = state.range(0) == 1;
+  if (z && !__builtin_cpu_supports("avx512f")) return state.SkipWithError("no AVX-512");
+  // 12 FMAs of 8 or 16 lanes, 2 flops each.
+  peak_body(state, 12.0 * (z ? 16 : 8) * 2, [z](int64_t n) { return z ? fma_loop_avx512(n) : fma_loop_avx2(n); });
+}
+BENCHMARK(BM_PeakFma)->ArgsProduct({{0, 1}, {1, 2}})->UseRealTime();
+
+void BM_PeakInt8(benchmark::State& state) {
+  const bool z = state.range(0) == 1;
+  if (z && !__builtin_cpu_supports("avx512vnni")) return state.SkipWithError("no AVX-512-VNNI");
+  // 12 instructions of 32 (AVX2) or 64 (VNNI) u8 x s8 multiply-adds, 2 ops each.
+  peak_body(state, 12.0 * (z ? 64 : 32) * 2, [z](int64_t n) { return double(z ? int8_loop_vnni(n) : int8_loop_avx2(n)); });
+}
+BENCHMARK(BM_PeakInt8)->ArgsProduct({{0, 1}, {1, 2}})->UseRealTime();
+#endif
 
 void BM_DotF32(benchmark::State& state) {
   const int64_t n = state.range(0);
