@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/fp16.h"
 #include "core/threadpool.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
@@ -38,8 +39,91 @@ bool is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 // int8 rows are stored rotated when the head size allows the transform.
 bool rotates(KvType type, int hd) { return type == KvType::I8 && is_pow2(hd) && hd <= 1024; }
 
+// The dequantized K offset of KV head h of a block (stored domain).
+inline void k_offset_f32(const KvStorage& st, int layer, int blk, int h, int hd, float* c) {
+  const int8_t* o = st.k_offset(layer, blk) + static_cast<size_t>(h) * hd;
+  const float s = st.k_offset_scale(layer, blk)[h];
+  for (int d = 0; d < hd; ++d) c[d] = s * static_cast<float>(o[d]);
+}
+
+// int8 K row i of a block: c + (z + s * q), the one formula the writer and
+// every reader use.
+inline void k_row_f32(const int8_t* q, const uint16_t* sz, const float* c, int hd, float* out) {
+  const float s = fp16_to_f32(sz[0]), z = fp16_to_f32(sz[1]);
+  for (int d = 0; d < hd; ++d) out[d] = c[d] + (z + s * static_cast<float>(q[d]));
+}
+
+// Sets the K offset of block `blk` (first position p0 > 0 of a sequence
+// whose previous block is `prev`, -1 when there is none) for every KV head:
+// the mean of the previous block's stored keys, itself stored as an int8 row
+// with a scale (the reader uses exactly the stored value, so rounding it
+// costs nothing). Depends only on the previous block's content, never on how
+// the tokens were batched.
+void set_k_offset(KvStorage& st, const KvLayout& L, int layer, int blk, int prev) {
+  const int hd = L.head_dim, bs = L.block_size;
+  float c[1024], row[1024];
+  double sum[1024];
+  for (int h = 0; h < L.n_kv_heads; ++h) {
+    int8_t* o = st.k_offset(layer, blk) + static_cast<size_t>(h) * hd;
+    float& os = st.k_offset_scale(layer, blk)[h];
+    if (prev < 0) {
+      std::memset(o, 0, hd);
+      os = 0.0f;
+      continue;
+    }
+    k_offset_f32(st, layer, prev, h, hd, c);
+    std::fill(sum, sum + hd, 0.0);
+    const int8_t* q = static_cast<const int8_t*>(st.k(layer, prev)) + static_cast<size_t>(h) * bs * hd;
+    const uint16_t* sz = st.k_scale_zero(layer, prev) + static_cast<size_t>(h) * bs * 2;
+    for (int r = 0; r < bs; ++r) {
+      k_row_f32(q + static_cast<size_t>(r) * hd, sz + 2 * r, c, hd, row);
+      for (int d = 0; d < hd; ++d) sum[d] += row[d];
+    }
+    float amax = 0.0f;
+    for (int d = 0; d < hd; ++d) {
+      row[d] = static_cast<float>(sum[d] / bs);
+      amax = std::max(amax, std::fabs(row[d]));
+    }
+    os = amax / 127.0f;
+    const float inv = os > 0.0f ? 1.0f / os : 0.0f;
+    for (int d = 0; d < hd; ++d) o[d] = static_cast<int8_t>(std::lrintf(row[d] * inv));
+  }
+}
+
+// The f16 just above |x| (x >= 0, finite), so a scale never shrinks.
+inline uint16_t fp16_up(float x) {
+  uint16_t h = f32_to_fp16(x);
+  if (fp16_to_f32(h) < x && h < 0x7bffu) ++h;
+  return h;
+}
+
+// Stores one head's int8 K row: rotated, minus the block's offset c, then
+// asymmetric min-max: q in [-128, 127], x - c ≈ z + s * q, s and z in f16
+// (the rounded values are the ones quantized against).
+void store_k_i8(int8_t* o, uint16_t* sz, const float* x, const float* c, int hd, bool rotate) {
+  float y[1024];
+  std::memcpy(y, x, sizeof(float) * hd);
+  if (rotate) hadamard(y, hd);
+  float lo = INFINITY, hi = -INFINITY;
+  for (int d = 0; d < hd; ++d) {
+    y[d] -= c[d];
+    lo = std::min(lo, y[d]);
+    hi = std::max(hi, y[d]);
+  }
+  const uint16_t z16 = f32_to_fp16(0.5f * (lo + hi));
+  const float z = fp16_to_f32(z16);
+  const float need = std::max((hi - z) / 127.0f, (z - lo) / 128.0f);
+  const uint16_t s16 = need > 0.0f ? fp16_up(need) : 0;
+  const float s = fp16_to_f32(s16);
+  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+  for (int d = 0; d < hd; ++d)
+    o[d] = static_cast<int8_t>(std::clamp(std::lrintf((y[d] - z) * inv), -128L, 127L));
+  sz[0] = s16;
+  sz[1] = z16;
+}
+
 // Stores one head's row of hd values at `dst` (element index) of a block in
-// the cache's element type. int8: symmetric, scale = max|x| / 127.
+// the cache's element type (int8 here: V rows; symmetric, scale = max|x| / 127).
 void store_row(const OpKernels& ok, KvType type, void* base, float* scales, size_t dst, size_t scale_idx,
                const float* x, int hd) {
   switch (type) {
@@ -164,8 +248,16 @@ inline const float* rows_f32(const Ctx& c, bool is_v, int blk, int g, int off, i
       kernels().f16_to_f32(static_cast<const uint16_t*>(base) + first, buf, static_cast<int64_t>(n) * c.hd);
       return buf;
     case KvType::I8: {
-      const float* sc = (is_v ? st.v_scale(c.layer, blk) : st.k_scale(c.layer, blk)) + static_cast<size_t>(g) * c.bs + off;
-      c.ok->i8_rows_to_f32(static_cast<const int8_t*>(base) + first, sc, n, c.hd, buf);
+      const int8_t* q = static_cast<const int8_t*>(base) + first;
+      if (is_v) {
+        c.ok->i8_rows_to_f32(q, st.v_scale(c.layer, blk) + static_cast<size_t>(g) * c.bs + off, n, c.hd, buf);
+        return buf;
+      }
+      float cv[1024];
+      k_offset_f32(st, c.layer, blk, g, c.hd, cv);
+      const uint16_t* sz = st.k_scale_zero(c.layer, blk) + (static_cast<size_t>(g) * c.bs + off) * 2;
+      for (int r = 0; r < n; ++r)
+        k_row_f32(q + static_cast<size_t>(r) * c.hd, sz + 2 * r, cv, c.hd, buf + static_cast<size_t>(r) * c.hd);
       return buf;
     }
   }
@@ -326,6 +418,34 @@ std::atomic<int> g_split_pieces{0};  // tests: force splitting items into this m
 
 }  // namespace
 
+void kv_read_row(const KvCache& kv, int layer, int blk, bool is_v, int h, int off, float* out) {
+  const KvLayout& L = kv.layout();
+  const KvStorage& st = kv.storage();
+  const int hd = L.head_dim;
+  const size_t row = static_cast<size_t>(h) * L.block_size + off;
+  const void* base = is_v ? st.v(layer, blk) : st.k(layer, blk);
+  switch (L.type) {
+    case KvType::F32:
+      std::memcpy(out, static_cast<const float*>(base) + row * hd, sizeof(float) * hd);
+      return;
+    case KvType::F16:
+      for (int d = 0; d < hd; ++d) out[d] = fp16_to_f32(static_cast<const uint16_t*>(base)[row * hd + d]);
+      return;
+    case KvType::I8: {
+      const int8_t* q = static_cast<const int8_t*>(base) + row * hd;
+      if (is_v) {
+        const float s = st.v_scale(layer, blk)[row];
+        for (int d = 0; d < hd; ++d) out[d] = s * static_cast<float>(q[d]);
+        return;
+      }
+      std::vector<float> c(hd);
+      k_offset_f32(st, layer, blk, h, hd, c.data());
+      k_row_f32(q, st.k_scale_zero(layer, blk) + 2 * row, c.data(), hd, out);
+      return;
+    }
+  }
+}
+
 void set_attention_split_for_testing(int pieces) { g_split_pieces.store(pieces); }
 
 void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) {
@@ -333,25 +453,87 @@ void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const fl
   KvStorage& st = kv.storage();
   const OpKernels& ok = op_kernels();
   const int hd = L.head_dim, bs = L.block_size;
-  auto write = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const auto& table = kv.block_table(b.slot[t]);
-      const int p = b.pos[t];
-      const int blk = table[p / bs], off = p % bs;
-      for (int h = 0; h < L.n_kv_heads; ++h) {
-        const size_t dst = (static_cast<size_t>(h) * bs + off) * hd;
-        const size_t si = static_cast<size_t>(h) * bs + off;
-        store_row(ok, L.type, st.k(layer, blk), L.type == KvType::I8 ? st.k_scale(layer, blk) : nullptr, dst, si,
-                  k + t * L.kv_dim() + h * hd, hd);
-        store_row(ok, L.type, st.v(layer, blk), L.type == KvType::I8 ? st.v_scale(layer, blk) : nullptr, dst, si,
-                  v + t * L.kv_dim() + h * hd, hd);
-      }
-    }
-  };
+  const bool i8 = L.type == KvType::I8;
+  const bool rot = rotates(L.type, hd);
   // Tokens write distinct rows: big (prefill) batches are split between
   // threads; int8 rows are rotated and quantized, which costs more.
-  const int64_t per_token = static_cast<int64_t>(L.kv_dim()) * (L.type == KvType::I8 ? 8 : 1);
-  pool.parallel_for(b.n_tokens, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_token)), write);
+  const int64_t per_token = static_cast<int64_t>(L.kv_dim()) * (i8 ? 8 : 1);
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_token));
+  auto row_of = [&](int64_t t, int& blk, int& off) {
+    const int p = b.pos[t];
+    blk = kv.block_table(b.slot[t])[p / bs];
+    off = p % bs;
+  };
+  if (!i8) {
+    pool.parallel_for(b.n_tokens, grain, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        int blk, off;
+        row_of(t, blk, off);
+        for (int h = 0; h < L.n_kv_heads; ++h) {
+          const size_t dst = (static_cast<size_t>(h) * bs + off) * hd;
+          store_row(ok, L.type, st.k(layer, blk), nullptr, dst, 0, k + t * L.kv_dim() + h * hd, hd);
+          store_row(ok, L.type, st.v(layer, blk), nullptr, dst, 0, v + t * L.kv_dim() + h * hd, hd);
+        }
+      }
+    });
+    return;
+  }
+  // int8. V rows are independent of each other.
+  pool.parallel_for(b.n_tokens, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int blk, off;
+      row_of(t, blk, off);
+      for (int h = 0; h < L.n_kv_heads; ++h)
+        store_row(ok, L.type, st.v(layer, blk), st.v_scale(layer, blk), (static_cast<size_t>(h) * bs + off) * hd,
+                  static_cast<size_t>(h) * bs + off, v + t * L.kv_dim() + h * hd, hd);
+    }
+  });
+  // K rows are coded against their block's offset, which is computed from
+  // the previous block's stored keys when the block's first position is
+  // written: a sequence's blocks are written in order, in rounds (round r:
+  // the r-th block a sequence touches in this batch), the offsets of a round
+  // set before its rows.
+  thread_local std::vector<int32_t> first_block, order, round_of;
+  int max_slot = 0;
+  for (int64_t t = 0; t < b.n_tokens; ++t) max_slot = std::max(max_slot, b.slot[t]);
+  first_block.assign(static_cast<size_t>(max_slot) + 1, INT32_MAX);
+  for (int64_t t = 0; t < b.n_tokens; ++t)
+    first_block[b.slot[t]] = std::min(first_block[b.slot[t]], b.pos[t] / bs);
+  round_of.resize(b.n_tokens);
+  int n_rounds = 0;
+  for (int64_t t = 0; t < b.n_tokens; ++t) {
+    round_of[t] = b.pos[t] / bs - first_block[b.slot[t]];
+    n_rounds = std::max(n_rounds, round_of[t] + 1);
+  }
+  order.resize(b.n_tokens);
+  int64_t n_done = 0;
+  for (int r = 0; r < n_rounds; ++r) {
+    const int64_t begin = n_done;
+    for (int64_t t = 0; t < b.n_tokens; ++t)
+      if (round_of[t] == r) order[n_done++] = static_cast<int32_t>(t);
+    for (int64_t i = begin; i < n_done; ++i) {
+      const int64_t t = order[i];
+      const int p = b.pos[t];
+      if (p % bs) continue;
+      const auto& table = kv.block_table(b.slot[t]);
+      set_k_offset(st, L, layer, table[p / bs], p >= bs ? table[p / bs - 1] : -1);
+    }
+    const int32_t* ord = order.data() + begin;
+    pool.parallel_for(n_done - begin, grain, [&](int64_t i0, int64_t i1) {
+      float c[1024];
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t t = ord[i];
+        int blk, off;
+        row_of(t, blk, off);
+        for (int h = 0; h < L.n_kv_heads; ++h) {
+          k_offset_f32(st, layer, blk, h, hd, c);
+          store_k_i8(static_cast<int8_t*>(st.k(layer, blk)) + (static_cast<size_t>(h) * bs + off) * hd,
+                     st.k_scale_zero(layer, blk) + (static_cast<size_t>(h) * bs + off) * 2, k + t * L.kv_dim() + h * hd,
+                     c, hd, rot);
+        }
+      }
+    });
+  }
 }
 
 void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,

@@ -22,6 +22,11 @@ void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const fl
 void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,
                float scale, float* out);
 
+// Row `off` of KV head h in block `blk` of a layer, dequantized as stored
+// (int8: still in the rotated space when the head size is a power of two).
+// For tests and tools; attention reads the cache directly.
+void kv_read_row(const KvCache& kv, int layer, int blk, bool is_v, int h, int off, float* out);
+
 // Tests: split every single-token item into this many pieces of chunks (0:
 // decide by the work, the default), to check split and whole items agree.
 void set_attention_split_for_testing(int pieces);

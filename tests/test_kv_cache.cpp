@@ -54,8 +54,11 @@ TEST_CASE("KV bytes per token follow the element type", "[kv]") {
   const double i8 = l.bytes_per_token();
   REQUIRE(f32 == 22 * 2 * 256 * 4);
   REQUIRE(f16 == f32 / 2);
-  // int8: half of f16 plus one f32 scale per (token, head) for K and V.
-  REQUIRE(i8 == f16 / 2 + 22 * 2 * 4 * 4);
+  // int8: half of f16 plus one 4-byte scale slot per (token, head) for K and
+  // V, plus the K offset of each block (an int8 row and an f32 scale per head).
+  REQUIRE(i8 == f16 / 2 + 22 * 2 * 4 * 4 + 22.0 * 4 * (64 + 4) / l.block_size);
+  l.block_size = 16;  // the engine's default: the offset adds 1/16 of a K row
+  REQUIRE(l.bytes_per_token() == f16 / 2 + 22 * 2 * 4 * 4 + 22.0 * 4 * (64 + 4) / 16);
 }
 
 TEST_CASE("sequences grow through block tables and give blocks back", "[kv]") {

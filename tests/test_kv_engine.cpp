@@ -177,12 +177,10 @@ TEST_CASE("f16 and int8 KV keep greedy continuations", "[kv][kvtype][engine]") {
   const std::vector<int32_t> bos = {1}, once = model->tokenizer().encode("Once upon a time", true),
                              tom = model->tokenizer().encode("Tom and his dog", true);
   for (const auto* p : {&bos, &once, &tom}) REQUIRE(agreeing_tokens(*model, *p, KvType::F16, 100) == 100);
-  REQUIRE(agreeing_tokens(*model, bos, KvType::I8, 64) == 64);
-  REQUIRE(agreeing_tokens(*model, once, KvType::I8, 64) == 64);
   // "Tom and his dog" reaches a near-tie at its 29th token (the f32 logits of
-  // the top two differ by 0.048); int8's logit noise (~0.05 mean) flips it.
-  // Recorded in bench/RESULTS.md; here: no early divergence.
-  REQUIRE(agreeing_tokens(*model, tom, KvType::I8, 64) >= 28);
+  // the top two differ by 0.048): symmetric per-token int8 keys flipped it;
+  // keys coded against a per-block offset keep it (see test_kv_int8.cpp).
+  for (const auto* p : {&bos, &once, &tom}) REQUIRE(agreeing_tokens(*model, *p, KvType::I8, 64) == 64);
 }
 
 // Not run by default: the KV quality table of bench/RESULTS.md.

@@ -77,11 +77,9 @@ std::vector<float> cached_row(const KvCache& kv, int slot, int layer, bool is_v,
     switch (L.type) {
       case KvType::F32: r[d] = static_cast<const float*>(base)[first + d]; break;
       case KvType::F16: r[d] = fp16_to_f32(static_cast<const uint16_t*>(base)[first + d]); break;
-      case KvType::I8: {
-        const float s = (is_v ? st.v_scale(layer, blk) : st.k_scale(layer, blk))[static_cast<size_t>(h) * bs + off];
-        r[d] = s * static_cast<float>(static_cast<const int8_t*>(base)[first + d]);
-        break;
-      }
+      case KvType::I8:  // V: scale * q; K: offset + zero + scale * q (see kv_cache.h)
+        cpu::kv_read_row(kv, layer, blk, is_v, h, off, r.data());
+        return r;
     }
   }
   return r;

@@ -38,6 +38,18 @@ KvStorage::KvStorage(const KvLayout& layout, int n_blocks) : layout_(layout), n_
       raise(Status::OutOfMemory, "cannot allocate the KV cache scales");
     }
   }
+  if (layout.type == KvType::I8) {
+    const size_t n_off = static_cast<size_t>(layout.n_layers) * n_blocks * layout.n_kv_heads;
+    offsets_ = static_cast<int8_t*>(std::calloc(n_off * layout.head_dim, 1));
+    offset_scales_ = static_cast<float*>(std::calloc(n_off, sizeof(float)));
+    if (!offsets_ || !offset_scales_) {
+      std::free(base_);
+      std::free(scales_);
+      std::free(offsets_);
+      std::free(offset_scales_);
+      raise(Status::OutOfMemory, "cannot allocate the KV cache offsets");
+    }
+  }
   // Pages are committed lazily as blocks are first written; attention only
   // reads positions that were written.
 }
@@ -45,6 +57,8 @@ KvStorage::KvStorage(const KvLayout& layout, int n_blocks) : layout_(layout), n_
 KvStorage::~KvStorage() {
   std::free(base_);
   std::free(scales_);
+  std::free(offsets_);
+  std::free(offset_scales_);
 }
 
 void KvStorage::copy_block(int dst_block, const KvStorage& src, int src_block) {
@@ -54,6 +68,10 @@ void KvStorage::copy_block(int dst_block, const KvStorage& src, int src_block) {
     if (layout_.block_scales()) {
       std::memcpy(k_scale(l, dst_block), src.k_scale(l, src_block), layout_.block_scales() * sizeof(float));
       std::memcpy(v_scale(l, dst_block), src.v_scale(l, src_block), layout_.block_scales() * sizeof(float));
+    }
+    if (offsets_) {
+      std::memcpy(k_offset(l, dst_block), src.k_offset(l, src_block), static_cast<size_t>(layout_.n_kv_heads) * layout_.head_dim);
+      std::memcpy(k_offset_scale(l, dst_block), src.k_offset_scale(l, src_block), layout_.n_kv_heads * sizeof(float));
     }
   }
 }
@@ -65,6 +83,8 @@ KvCache::KvCache(const KvLayout& layout) : layout_(layout) {
       layout.n_blocks <= 0 || layout.n_host_blocks < 0)
     raise(Status::InvalidArgument, "impossible KV cache layout (%d layers, %d heads, dim %d, block %d, %d blocks)",
           layout.n_layers, layout.n_kv_heads, layout.head_dim, layout.block_size, layout.n_blocks);
+  if (layout.type == KvType::I8 && layout.head_dim > 1024)
+    raise(Status::InvalidArgument, "int8 KV supports head sizes up to 1024 (got %d)", layout.head_dim);
   dev_ = std::make_unique<KvStorage>(layout, layout.n_blocks);
   blocks_.resize(layout.n_blocks);
   block_tokens_.resize(static_cast<size_t>(layout.n_blocks) * layout.block_size);

@@ -8,8 +8,19 @@
 //
 // Inside a block the layout is [kv_head][token][head_dim] elements, so one
 // head's keys of a block are contiguous for the attention kernel. Elements
-// are f32, f16, or int8 with one f32 scale per (token, head) (symmetric:
-// x ≈ q * scale, scale = max|x| / 127).
+// are f32, f16, or int8. int8 rows are stored after a Walsh-Hadamard rotation
+// of each head (cpu/attention.cpp), with one 4-byte scale slot per
+// (token, head):
+//  - V: symmetric, an f32 scale: v ≈ q * scale, scale = max|v| / 127.
+//  - K: asymmetric against a per-block offset: k ≈ c + z + q * s, with s and
+//    z two f16 in the scale slot (k_scale_zero) and c a per-(block, head)
+//    offset vector (one int8 row and an f32 scale, k_offset). c is the mean
+//    of the previous block's stored keys of the sequence (0 in a sequence's
+//    first block): keys share a large common part (the slow RoPE pairs) that
+//    a per-token scale would otherwise spend its 8 bits on; the offset keeps
+//    only each token's deviation from its neighbourhood (a per-channel zero
+//    point per block, as KIVI's per-channel key quantization, predicted from
+//    the previous block so tokens are still written one at a time).
 //
 // Prefix caching (the vLLM V1 design): a full block is identified by a
 // chained hash h_i = H(h_{i-1}, salt, tokens of block i). Blocks are
@@ -54,9 +65,15 @@ struct KvLayout {
   size_t block_elems() const { return static_cast<size_t>(block_size) * kv_dim(); }
   // Scales of K (or V) for one layer in one block (int8 only).
   size_t block_scales() const { return type == KvType::I8 ? static_cast<size_t>(block_size) * n_kv_heads : 0; }
-  // Bytes of K and V, all layers, scales included, for one block.
+  // Bytes of the K offset of one layer in one block (int8 only): an int8 row
+  // and an f32 scale per KV head.
+  size_t block_offset_bytes() const {
+    return type == KvType::I8 ? static_cast<size_t>(n_kv_heads) * (head_dim + sizeof(float)) : 0;
+  }
+  // Bytes of K and V, all layers, scales and offsets included, for one block.
   size_t block_bytes() const {
-    return 2 * static_cast<size_t>(n_layers) * (block_elems() * elem_bytes() + block_scales() * sizeof(float));
+    return static_cast<size_t>(n_layers) *
+           (2 * (block_elems() * elem_bytes() + block_scales() * sizeof(float)) + block_offset_bytes());
   }
   // Bytes of K and V per token, all layers.
   double bytes_per_token() const { return static_cast<double>(block_bytes()) / block_size; }
@@ -79,6 +96,16 @@ class KvStorage {
   float* v_scale(int layer, int block) { return scales_ + soffset(layer, block, 1); }
   const float* k_scale(int layer, int block) const { return scales_ + soffset(layer, block, 0); }
   const float* v_scale(int layer, int block) const { return scales_ + soffset(layer, block, 1); }
+  // int8 K: the scale slots hold (s, z) as two f16, [kv_head][token][2].
+  uint16_t* k_scale_zero(int layer, int block) { return reinterpret_cast<uint16_t*>(k_scale(layer, block)); }
+  const uint16_t* k_scale_zero(int layer, int block) const {
+    return reinterpret_cast<const uint16_t*>(k_scale(layer, block));
+  }
+  // int8 K offset of a block: [kv_head][head_dim] int8 and [kv_head] f32 scales.
+  int8_t* k_offset(int layer, int block) { return offsets_ + ooffset(layer, block) * layout_.head_dim; }
+  const int8_t* k_offset(int layer, int block) const { return offsets_ + ooffset(layer, block) * layout_.head_dim; }
+  float* k_offset_scale(int layer, int block) { return offset_scales_ + ooffset(layer, block); }
+  const float* k_offset_scale(int layer, int block) const { return offset_scales_ + ooffset(layer, block); }
   // Copies one block (all layers, K and V, scales) from src[src_block].
   void copy_block(int dst_block, const KvStorage& src, int src_block);
 
@@ -89,11 +116,16 @@ class KvStorage {
   size_t soffset(int layer, int block, int kv) const {
     return ((static_cast<size_t>(layer) * n_blocks_ + block) * 2 + kv) * layout_.block_scales();
   }
+  size_t ooffset(int layer, int block) const {
+    return (static_cast<size_t>(layer) * n_blocks_ + block) * layout_.n_kv_heads;
+  }
   KvLayout layout_;
   int n_blocks_;
   size_t block_bytes_;  // one layer, K or V, elements only
   uint8_t* base_ = nullptr;
   float* scales_ = nullptr;
+  int8_t* offsets_ = nullptr;
+  float* offset_scales_ = nullptr;
 };
 
 struct KvStats {
