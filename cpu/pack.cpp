@@ -50,18 +50,22 @@ void scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
 
 void pack_k4(const WeightView& w, Panels& p, ThreadPool* pool) {
   const DTypeInfo* info = dtype_info(w.type);
-  const int G = static_cast<int>(info->block), block_bytes = static_cast<int>(info->bytes);
+  const int FG = static_cast<int>(info->block), block_bytes = static_cast<int>(info->bytes);  // file blocks
   p.kind = Panels::Kind::K4;
-  p.group = G;
   p.scales = w.type == DType::Q4_0 ? Panels::Scales::Q4_0
            : w.type == DType::Q4_1 ? Panels::Scales::Q4_1
            : w.type == DType::Q4_K ? Panels::Scales::Q4_K
                                    : Panels::Scales::Int4;
   p.has_z = p.scales == Panels::Scales::Int4;
+  // Q4_0 / Q4_1: four file blocks per panel group when the row allows.
+  const bool per_block = p.scales == Panels::Scales::Q4_0 || p.scales == Panels::Scales::Q4_1;
+  const int G = per_block && w.n_in % 128 == 0 ? 128 : FG;
+  const int fpg = G / FG;  // file blocks per group
+  p.group = G;
   p.n_pad = w.n_in;
   const int64_t n_groups = w.n_in / G;
   const size_t nib = static_cast<size_t>(G / 32) * 256;
-  const size_t group_bytes = nib + k4_scale_bytes(p.scales);
+  const size_t group_bytes = nib + k4_scale_bytes(p.scales, G / 32);
   p.panel_bytes = static_cast<size_t>(n_groups) * group_bytes;
   p.data = {alloc_aligned(p.panel_bytes * p.n_panels), std::free};
   for_panels(p, pool, [&](int64_t pi) {
@@ -72,17 +76,23 @@ void pack_k4(const WeightView& w, Panels& p, ThreadPool* pool) {
       for (int r = 0; r < kPanelRows; ++r) {
         const int64_t row = pi * kPanelRows + r;
         if (row >= w.n_out) continue;  // zero rows: zero scales
-        const uint8_t* blk = w.row(row) + g * block_bytes;
+        const uint8_t* blk = w.row(row) + g * fpg * block_bytes;
         uint8_t q[256];
         switch (p.scales) {
           case Panels::Scales::Q4_0:
-            for (int k = 0; k < 32; ++k) q[k] = static_cast<uint8_t>(nibble(blk + 2, 16, k));
-            std::memcpy(sd + 2 * r, blk, 2);  // d
+            for (int j = 0; j < fpg; ++j) {
+              const uint8_t* bj = blk + j * block_bytes;
+              for (int k = 0; k < 32; ++k) q[32 * j + k] = static_cast<uint8_t>(nibble(bj + 2, 16, k));
+              std::memcpy(sd + 32 * j + 2 * r, bj, 2);  // d
+            }
             break;
           case Panels::Scales::Q4_1:
-            for (int k = 0; k < 32; ++k) q[k] = static_cast<uint8_t>(nibble(blk + 4, 16, k));
-            std::memcpy(sd + 2 * r, blk, 2);       // d
-            std::memcpy(sd + 32 + 2 * r, blk + 2, 2);  // m
+            for (int j = 0; j < fpg; ++j) {
+              const uint8_t* bj = blk + j * block_bytes;
+              for (int k = 0; k < 32; ++k) q[32 * j + k] = static_cast<uint8_t>(nibble(bj + 4, 16, k));
+              std::memcpy(sd + 64 * j + 2 * r, bj, 2);           // d
+              std::memcpy(sd + 64 * j + 32 + 2 * r, bj + 2, 2);  // m
+            }
             break;
           case Panels::Scales::Int4:
             for (int k = 0; k < G; ++k) q[k] = static_cast<uint8_t>(nibble(blk + 4, G / 2, k));

@@ -42,14 +42,17 @@ struct QActs {
 // Weight rows repacked into panels of kPanelRows interleaved rows (made once
 // per weight and kept in its WeightCache). Rows past n_out are zero.
 //
-// K4 (Q4_0, Q4_1, Q4_K, INT4_G*): for each group of `group` values (32; 256
-//   for Q4_K; G for INT4): group/32 blocks of 4 steps of 64 bytes; in step s
-//   of block b (k0 = first value of the block + 8s), byte 4r + t holds value
-//   k0+t of row r in its low nibble and value k0+4+t in its high nibble
-//   (unsigned q, 0..15). After the blocks, the group's scales, one per row
-//   (w = a * q + b for each block):
-//     Q4_0: 16 f16 d                       a = d, b = -8d
-//     Q4_1: 16 f16 d, 16 f16 m             a = d, b = m
+// K4 (Q4_0, Q4_1, Q4_K, INT4_G*): for each group of `group` values (Q4_0 and
+//   Q4_1: 128 when n_in allows, else 32; 256 for Q4_K; G for INT4): group/32
+//   blocks of 4 steps of 64 bytes; in step s of block b (k0 = first value of
+//   the block + 8s), byte 4r + t holds value k0+t of row r in its low nibble
+//   and value k0+4+t in its high nibble (unsigned q, 0..15). After the
+//   blocks, the group's scales, one per row (w = a * q + b for each block):
+//     Q4_0: per block, 16 f16 d            a = d, b = -8d
+//     Q4_1: per block, 16 f16 d, 16 f16 m  a = d, b = m
+//   (grouping four Q4_0 blocks makes a group 1152 bytes, 18 whole cache
+//   lines: the stream's loads never straddle a line, and its scales come
+//   once per 1 KiB of nibbles instead of every 256 bytes)
 //     INT4: 16 f16 d, 16 u8 z              a = d, b = -z d
 //     Q4_K: 8 x 16 u8 sc, 8 x 16 u8 mn (per block), 16 f16 d, 16 f16 dmin
 //                                          a = d sc, b = -dmin mn
@@ -74,11 +77,11 @@ struct Panels {
   const uint8_t* panel(int64_t p) const { return data.get() + static_cast<size_t>(p) * panel_bytes; }
 };
 
-// Bytes of scales after each K4 group.
-inline size_t k4_scale_bytes(Panels::Scales s) {
+// Bytes of scales after each K4 group of `blocks` blocks of 32.
+inline size_t k4_scale_bytes(Panels::Scales s, int blocks) {
   switch (s) {
-    case Panels::Scales::Q4_0: return 32;
-    case Panels::Scales::Q4_1: return 64;
+    case Panels::Scales::Q4_0: return 32 * static_cast<size_t>(blocks);
+    case Panels::Scales::Q4_1: return 64 * static_cast<size_t>(blocks);
     case Panels::Scales::Int4: return 48;
     case Panels::Scales::Q4_K: return 320;
   }
@@ -117,7 +120,7 @@ int prefetch_distance();
 
 // Prefetches, `dist` bytes ahead, every cache line of [from, to): kernels call
 // it once per block of their stream, so that blocks whose size is not a
-// multiple of 64 bytes (a Q4_0 block of a panel is 288) still get every line
+// multiple of 64 bytes (a Q4_1 block of a panel is 320) still get every line
 // prefetched, not only the lines their 64-byte loads start in.
 inline void prefetch_span(const uint8_t* from, const uint8_t* to, int dist) {
   if (!dist) return;

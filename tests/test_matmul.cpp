@@ -210,6 +210,7 @@ TEST_CASE("matmul: 32-value block formats on every ISA", "[matmul]") {
     run_case(t, 320, 37, kAllM, 2);        // K = 10 blocks (not a multiple of 256), N odd, across panels
     run_case(t, 96, 7, {1, 2, 7, 33}, 3);  // N smaller than a panel, 3 threads
     run_case(t, 2048, 64, {1, 5}, 2);
+    run_case(t, 384, 37, kAllM, 2);  // K a multiple of 128: Q4_0 / Q4_1 panels group four blocks
   }
 }
 

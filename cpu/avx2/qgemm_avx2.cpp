@@ -112,7 +112,7 @@ void k4_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, i
   using Sc = Panels::Scales;
   const int G = P.group;
   const int bpg = G / 32;
-  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S);
+  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S, bpg);
   const int64_t n_groups = P.n_pad / G;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const int pf = prefetch_distance();
@@ -129,21 +129,21 @@ void k4_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, i
     const uint8_t* sd = gd + nib;
     __m256 dv = _mm256_setzero_ps(), mv = _mm256_setzero_ps();  // per row: w = dv * q + mv
     __m256 dsup = _mm256_setzero_ps(), msup = _mm256_setzero_ps();
-    if constexpr (S == Sc::Q4_0) {
-      dv = f16x8(sd);
-      mv = _mm256_mul_ps(_mm256_set1_ps(-8.0f), dv);
-    } else if constexpr (S == Sc::Q4_1) {
-      dv = f16x8(sd);
-      mv = f16x8(sd + 32);
-    } else if constexpr (S == Sc::Int4) {
+    if constexpr (S == Sc::Int4) {
       dv = f16x8(sd);
       mv = _mm256_mul_ps(u8x8(sd + 32), _mm256_sub_ps(_mm256_setzero_ps(), dv));
-    } else {
+    } else if constexpr (S == Sc::Q4_K) {
       dsup = f16x8(sd + 256);
       msup = _mm256_sub_ps(_mm256_setzero_ps(), f16x8(sd + 288));
     }
     for (int b = 0; b < bpg; ++b) {
-      if constexpr (S == Sc::Q4_K) {
+      if constexpr (S == Sc::Q4_0) {  // per block: a = d, b = -8d
+        dv = f16x8(sd + 32 * b);
+        mv = _mm256_mul_ps(_mm256_set1_ps(-8.0f), dv);
+      } else if constexpr (S == Sc::Q4_1) {  // a = d, b = m
+        dv = f16x8(sd + 64 * b);
+        mv = f16x8(sd + 64 * b + 32);
+      } else if constexpr (S == Sc::Q4_K) {
         dv = _mm256_mul_ps(dsup, u8x8(sd + 16 * b));
         mv = _mm256_mul_ps(msup, u8x8(sd + 128 + 16 * b));
       }

@@ -48,7 +48,7 @@ void k4_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
   using Sc = Panels::Scales;
   const int G = P.group;
   const int bpg = G / 32;
-  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S);
+  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S, bpg);
   const int64_t n_groups = P.n_pad / G;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const int kPrefetchBytes = prefetch_distance();
@@ -59,22 +59,22 @@ void k4_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
     const uint8_t* sd = gd + nib;
     __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();  // per row: w = dv * q + mv
     __m512 dsup = _mm512_setzero_ps(), msup = _mm512_setzero_ps();
-    if constexpr (S == Sc::Q4_0) {
-      dv = load_f16x16(sd);
-      mv = _mm512_mul_ps(_mm512_set1_ps(-8.0f), dv);
-    } else if constexpr (S == Sc::Q4_1) {
-      dv = load_f16x16(sd);
-      mv = load_f16x16(sd + 32);
-    } else if constexpr (S == Sc::Int4) {
+    if constexpr (S == Sc::Int4) {
       dv = load_f16x16(sd);
       const __m512 zf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 32))));
       mv = _mm512_mul_ps(zf, _mm512_sub_ps(_mm512_setzero_ps(), dv));
-    } else {
+    } else if constexpr (S == Sc::Q4_K) {
       dsup = load_f16x16(sd + 256);
       msup = _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(sd + 288));
     }
     for (int b = 0; b < bpg; ++b) {
-      if constexpr (S == Sc::Q4_K) {  // a = d * sc, b = -dmin * mn of this block
+      if constexpr (S == Sc::Q4_0) {  // per block: a = d, b = -8d
+        dv = load_f16x16(sd + 32 * b);
+        mv = _mm512_mul_ps(_mm512_set1_ps(-8.0f), dv);
+      } else if constexpr (S == Sc::Q4_1) {  // a = d, b = m
+        dv = load_f16x16(sd + 64 * b);
+        mv = load_f16x16(sd + 64 * b + 32);
+      } else if constexpr (S == Sc::Q4_K) {  // a = d * sc, b = -dmin * mn of this block
         const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 16 * b));
         const __m128i mn = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 128 + 16 * b));
         dv = _mm512_mul_ps(dsup, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
