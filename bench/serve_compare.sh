@@ -2,12 +2,15 @@
 # Continuous versus static (and dynamic) batching on the synthetic
 # TinyLlama-1.1B at Q4_0, 2 threads, the same sequence cap and the same
 # workload for every policy: requests arrive all at once (a saturated server,
-# so throughput is the engine's, not the arrival rate's), prompts
-# lognormal(median 32, sigma 0.8) and outputs lognormal(median 16, sigma 1.5),
-# a long tail of output lengths (most requests are short, a few are hundreds
-# of tokens). Synthesizes the model into BUILD_DIR/models when missing.
+# so throughput is the engine's, not the arrival rate's) and outputs are
+# lognormal(median 16, sigma 1.5), a long tail of output lengths (most
+# requests are short, a few are hundreds of tokens). Two prompt mixes:
+# PROMPT=lognormal:8:0.5 (decode-heavy, the default) and
+# PROMPT=lognormal:32:0.8 (prompt tokens about equal to generated ones).
+# POLICIES picks the policies (default: continuous static dynamic).
+# Synthesizes the model into BUILD_DIR/models when missing.
 #
-#   bench/serve_compare.sh BUILD_DIR [REQUESTS] [MAX_SEQS]
+#   [PROMPT=DIST] [POLICIES=...] bench/serve_compare.sh BUILD_DIR [REQUESTS] [MAX_SEQS]
 set -eu
 BUILD=${1:?usage: $0 BUILD_DIR [REQUESTS] [MAX_SEQS]}
 N=${2:-96}
@@ -19,8 +22,11 @@ mkdir -p "$BUILD/models"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| policy | generated tok/s | requests/s | TTFT p50 / p90 / p99 (ms) | TPOT p50 / p99 (ms) | duration (s) |"
 echo "|---|---|---|---|---|---|"
-for P in continuous static dynamic; do
-  J=$("$INFER" bench-serve -m "$M" --requests "$N" --rate 0 --policy $P --prompt-len lognormal:32:0.8 \
+PROMPT=${PROMPT:-lognormal:8:0.5}
+echo "prompt lengths $PROMPT, output lengths lognormal:16:1.5, $N requests at once, --max-seqs $SEQS"
+echo
+for P in ${POLICIES:-continuous static dynamic}; do
+  J=$("$INFER" bench-serve -m "$M" --requests "$N" --rate 0 --policy $P --prompt-len "$PROMPT" \
       --output-len lognormal:16:1.5 --max-seqs "$SEQS" --seed 1 -t 2 --json)
   python3 -c '
 import json, sys
