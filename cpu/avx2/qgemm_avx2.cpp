@@ -174,6 +174,103 @@ void k4_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, i
   for (int r = 0; r < NX; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
 }
 
+// A whole K4 panel (all 16 rows, both 32-byte halves of each 64-byte step in
+// one loop) against NX <= 2 activation rows: decode's case, where walking the
+// panel in two half passes would leave memory idle during the second one.
+template <int NX, Panels::Scales S>
+void k4_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
+  using Sc = Panels::Scales;
+  const int G = P.group;
+  const int bpg = G / 32;
+  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S, bpg);
+  const int64_t n_groups = P.n_pad / G;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const int pf = prefetch_distance();
+  auto f16x8 = [](const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
+  auto u8x8 = [](const uint8_t* p) {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v)));
+  };
+  __m256 acc[NX][2];
+  for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* gd = panel + g * group_bytes;
+    const uint8_t* sd = gd + nib;
+    __m256 dv[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mv[2] = {dv[0], dv[0]};
+    __m256 dsup[2] = {dv[0], dv[0]}, msup[2] = {dv[0], dv[0]};
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (S == Sc::Int4) {
+        dv[h] = f16x8(sd + 16 * h);
+        mv[h] = _mm256_mul_ps(u8x8(sd + 32 + 8 * h), _mm256_sub_ps(_mm256_setzero_ps(), dv[h]));
+      } else if constexpr (S == Sc::Q4_K) {
+        dsup[h] = f16x8(sd + 256 + 16 * h);
+        msup[h] = _mm256_sub_ps(_mm256_setzero_ps(), f16x8(sd + 288 + 16 * h));
+      }
+    }
+    for (int b = 0; b < bpg; ++b) {
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (S == Sc::Q4_0) {
+          dv[h] = f16x8(sd + 32 * b + 16 * h);
+          mv[h] = _mm256_mul_ps(_mm256_set1_ps(-8.0f), dv[h]);
+        } else if constexpr (S == Sc::Q4_1) {
+          dv[h] = f16x8(sd + 64 * b + 16 * h);
+          mv[h] = f16x8(sd + 64 * b + 32 + 16 * h);
+        } else if constexpr (S == Sc::Q4_K) {
+          dv[h] = _mm256_mul_ps(dsup[h], u8x8(sd + 16 * b + 8 * h));
+          mv[h] = _mm256_mul_ps(msup[h], u8x8(sd + 128 + 16 * b + 8 * h));
+        }
+      }
+      const int64_t blk = g * bpg + b;
+      const uint8_t* wq = gd + b * 256;
+      prefetch_span(b == 0 ? gd : wq, b == bpg - 1 ? gd + group_bytes : wq + 256, pf);
+      __m256i s16[NX][2];
+      for (int r = 0; r < NX; ++r) s16[r][0] = s16[r][1] = _mm256_setzero_si256();
+      for (int s = 0; s < 4; ++s) {
+        const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 64 * s));
+        const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 64 * s + 32));
+        const __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+        const __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+        for (int r = 0; r < NX; ++r) {
+          const int8_t* xq = qa.row(i0 + r) + blk * 32 + 8 * s;
+          const __m256i xa = bcast32(xq), xb = bcast32(xq + 4);
+          // As in k4_half: at most 8 products of 15 * 127 per i16 lane pair sum, no saturation.
+          s16[r][0] = _mm256_add_epi16(s16[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(lo0, xa), _mm256_maddubs_epi16(hi0, xb)));
+          s16[r][1] = _mm256_add_epi16(s16[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(lo1, xa), _mm256_maddubs_epi16(hi1, xb)));
+        }
+      }
+      for (int r = 0; r < NX; ++r) {
+        const int64_t ai = (i0 + r) * qa.nb + blk;
+        const __m256 xd = _mm256_set1_ps(qa.d[ai]), xs = _mm256_set1_ps(qa.xs[ai]);
+        for (int h = 0; h < 2; ++h) {
+          const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16[r][h], ones16()));
+          acc[r][h] = _mm256_fmadd_ps(f, _mm256_mul_ps(dv[h], xd), acc[r][h]);
+          acc[r][h] = _mm256_fmadd_ps(mv[h], xs, acc[r][h]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < NX; ++r) {
+    _mm256_storeu_ps(out + 16 * r, acc[r][0]);
+    _mm256_storeu_ps(out + 16 * r + 8, acc[r][1]);
+  }
+}
+
+// Panels of rows [r0, r1) against m <= 2 rows of x, a whole panel at a time.
+template <Panels::Scales S>
+void k4_panels_small_m(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const Panels& P = *a.panels;
+  const int64_t n_out = a.w->n_out;
+  alignas(32) float out[2 * 16];
+  for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
+    const int64_t c0 = p * kPanelRows;
+    const int nc = static_cast<int>(std::min<int64_t>(kPanelRows, r1 - c0));
+    if (a.m >= 2) k4_full<2, S>(P, P.panel(p), *a.qa, 0, out);
+    else k4_full<1, S>(P, P.panel(p), *a.qa, 0, out);
+    for (int r = 0; r < a.m; ++r) std::memcpy(a.y + r * n_out + c0, out + 16 * r, sizeof(float) * nc);
+  }
+}
+
 // ---- panels: Q8_0 and W8A8 (K8) --------------------------------------------------------
 
 template <int NX, bool PerRow>
@@ -214,6 +311,73 @@ void k8_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, i
       acc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r]), _mm256_mul_ps(sv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb])));
   }
   for (int r = 0; r < NX; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
+}
+
+// A whole K8 panel (both halves of every step in one loop) against NX <= 2
+// rows of x: decode's case (see k4_full).
+template <int NX, bool PerRow>
+void k8_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
+  const int64_t nb = P.n_pad / 32;
+  const size_t head = PerRow ? 128 : 0;
+  const size_t block_bytes = PerRow ? 512 : 544;
+  const int pf = prefetch_distance();
+  __m256 acc[NX][2];
+  __m256i s32[NX][2];
+  for (int r = 0; r < NX; ++r)
+    for (int h = 0; h < 2; ++h) {
+      acc[r][h] = _mm256_setzero_ps();
+      s32[r][h] = _mm256_setzero_si256();
+    }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* bd = panel + head + b * block_bytes;
+    prefetch_span(b == 0 ? panel : bd, bd + block_bytes, pf);
+    for (int s = 0; s < 8; ++s) {
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s + 32));
+      const __m256i a0 = _mm256_sign_epi8(v0, v0), a1 = _mm256_sign_epi8(v1, v1);  // |w|
+      for (int r = 0; r < NX; ++r) {
+        const __m256i x = bcast32(qa.row(i0 + r) + 32 * b + 4 * s);
+        s32[r][0] = _mm256_add_epi32(s32[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(x, v0)), ones16()));
+        s32[r][1] = _mm256_add_epi32(s32[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(x, v1)), ones16()));
+      }
+    }
+    if constexpr (!PerRow) {
+      for (int h = 0; h < 2; ++h) {
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bd + 512 + 16 * h)));
+        for (int r = 0; r < NX; ++r) {
+          const __m256 sc = _mm256_mul_ps(dv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb + b]));
+          acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[r][h]), sc, acc[r][h]);
+          s32[r][h] = _mm256_setzero_si256();
+        }
+      }
+    }
+  }
+  if constexpr (PerRow) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256 sv = _mm256_loadu_ps(reinterpret_cast<const float*>(panel) + 8 * h);
+      for (int r = 0; r < NX; ++r)
+        acc[r][h] = _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r][h]), _mm256_mul_ps(sv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb])));
+    }
+  }
+  for (int r = 0; r < NX; ++r) {
+    _mm256_storeu_ps(out + 16 * r, acc[r][0]);
+    _mm256_storeu_ps(out + 16 * r + 8, acc[r][1]);
+  }
+}
+
+// Panels of rows [r0, r1) against m <= 2 rows of x, a whole panel at a time.
+template <bool PerRow>
+void k8_panels_small_m(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const Panels& P = *a.panels;
+  const int64_t n_out = a.w->n_out;
+  alignas(32) float out[2 * 16];
+  for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
+    const int64_t c0 = p * kPanelRows;
+    const int nc = static_cast<int>(std::min<int64_t>(kPanelRows, r1 - c0));
+    if (a.m >= 2) k8_full<2, PerRow>(P, P.panel(p), *a.qa, 0, out);
+    else k8_full<1, PerRow>(P, P.panel(p), *a.qa, 0, out);
+    for (int r = 0; r < a.m; ++r) std::memcpy(a.y + r * n_out + c0, out + 16 * r, sizeof(float) * nc);
+  }
 }
 
 // Walks the panels of rows [r0, r1) and the rows of x in tiles of 4; the
@@ -604,6 +768,28 @@ void fp_kernel(const uint8_t* panel, int half, int64_t K, const float* x, int64_
   }
 }
 
+// out[r][0..32) = x[r] · (all 32 rows of the panel), r < NX <= 2: decode's
+// case, one pass over the panel (see k4_full).
+template <int NX, class L>
+void fp_full(const uint8_t* panel, int64_t K, const float* x, int64_t ldx, float* out, int pf) {
+  __m256 acc[NX][4];
+  for (int r = 0; r < NX; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
+  constexpr int kRow = kFpPanelRows * L::kBytes;
+  for (int64_t k = 0; k < K; ++k) {
+    const uint8_t* pk = panel + k * kRow;
+    if (pf) prefetch_span(pk, pk + kRow, pf);
+    __m256 w[4];
+    for (int j = 0; j < 4; ++j) w[j] = L::load8(pk + 8 * j * L::kBytes);
+    for (int r = 0; r < NX; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(x + r * ldx + k);
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_ps(xv, w[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < NX; ++r)
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + 32 * r + 8 * j, acc[r][j]);
+}
+
 template <class L>
 void fp_tiles(const uint8_t* panel, int64_t K, const float* x, int64_t m, int64_t ldx, float* y, int64_t ldy, int nc,
               int pf) {
@@ -657,6 +843,11 @@ void tile_fp(const MatmulArgs& a, int64_t r0, int64_t r1) {
     if (convert) {
       for (int64_t e = 0; e < K * kFpPanelRows; e += 8) _mm256_store_ps(buf.p + e, L::load8(panel + e * L::kBytes));
       fp_tiles<PanelF32>(reinterpret_cast<const uint8_t*>(buf.p), K, a.x, a.m, K, a.y + c0, n_out, nc, 0);
+    } else if (a.m <= 2) {
+      alignas(32) float out[2 * kFpPanelRows];
+      if (a.m == 2) fp_full<2, L>(panel, K, a.x, K, out, pf);
+      else fp_full<1, L>(panel, K, a.x, K, out, pf);
+      for (int r = 0; r < a.m; ++r) std::memcpy(a.y + r * n_out + c0, out + kFpPanelRows * r, sizeof(float) * nc);
     } else {
       fp_tiles<L>(panel, K, a.x, a.m, K, a.y + c0, n_out, nc, pf);
     }
@@ -669,15 +860,19 @@ void tile_fp(const MatmulArgs& a, int64_t r0, int64_t r1) {
 FormatKernel avx2_format_kernel(DType t, int64_t m) {
   FormatKernel k;
   switch (t) {
-    case DType::Q4_0: k.tile = panel_tiles<Q40Half>; k.act_block = 32; k.panels = true; break;
+    // m <= 2 (decode): whole panels in one pass; larger m: half panels, more rows of x per pass.
+    case DType::Q4_0:
+      k.tile = m <= 2 ? k4_panels_small_m<Panels::Scales::Q4_0> : panel_tiles<Q40Half>; k.act_block = 32; k.panels = true; break;
     case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
-      k.tile = panel_tiles<I4Half>; k.act_block = 32; k.panels = true; break;
-    case DType::Q8_0: k.tile = panel_tiles<Q80Half>; k.act_block = 32; k.panels = true; break;
-    case DType::W8A8: k.tile = panel_tiles<W8Half>; k.act_block = -1; k.panels = true; break;
-    case DType::Q4_1: k.tile = panel_tiles<Q41Half>; k.act_block = 32; k.panels = true; break;
+      k.tile = m <= 2 ? k4_panels_small_m<Panels::Scales::Int4> : panel_tiles<I4Half>; k.act_block = 32; k.panels = true; break;
+    case DType::Q8_0: k.tile = m <= 2 ? k8_panels_small_m<false> : panel_tiles<Q80Half>; k.act_block = 32; k.panels = true; break;
+    case DType::W8A8: k.tile = m <= 2 ? k8_panels_small_m<true> : panel_tiles<W8Half>; k.act_block = -1; k.panels = true; break;
+    case DType::Q4_1:
+      k.tile = m <= 2 ? k4_panels_small_m<Panels::Scales::Q4_1> : panel_tiles<Q41Half>; k.act_block = 32; k.panels = true; break;
     case DType::Q5_0: k.tile = tile_rows<DecQ5_0>; k.act_block = 32; break;
     case DType::Q5_1: k.tile = tile_rows<DecQ5_1>; k.act_block = 32; break;
-    case DType::Q4_K: k.tile = panel_tiles<Q4KHalf>; k.act_block = 32; k.panels = true; break;
+    case DType::Q4_K:
+      k.tile = m <= 2 ? k4_panels_small_m<Panels::Scales::Q4_K> : panel_tiles<Q4KHalf>; k.act_block = 32; k.panels = true; break;
     case DType::Q5_K: k.tile = tile_rows<DecQK<true>>; k.act_block = 32; break;
     case DType::Q6_K: k.tile = tile_rows<DecQ6_K>; k.act_block = 32; break;
     case DType::F32: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadF32> : tile_float_dot<LoadF32>; break;
