@@ -1,6 +1,7 @@
 // The KV manager seen through the engine: prefix caching, forks, the host
 // tier and KV element types must not change what a request generates (greedy
 // outputs identical), only what it costs.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/engine.h"
@@ -151,24 +152,10 @@ TEST_CASE("preemption through the host tier resumes exactly", "[kv][offload][eng
 
 // Greedy length (in generated tokens) over which a KV type agrees with f32.
 int agreeing_tokens(const Model& m, const std::vector<int32_t>& prompt, KvType t, int n) {
-  std::string out[2];
-  std::vector<int32_t> toks[2];
-  int i = 0;
-  for (KvType type : {KvType::F32, t}) {
-    EngineParams ep;
-    ep.kv_type = type;
-    Engine engine(m, ep);
-    RequestParams rp;
-    rp.prompt = prompt;
-    rp.max_tokens = n;
-    rp.sampling.temperature = 0;
-    rp.ignore_eos = true;
-    auto r = engine.submit(rp);
-    engine.run();
-    toks[i++].assign(r->generated(), r->generated() + r->n_generated());
-  }
+  const std::vector<int32_t> a = infer_test::greedy_tokens(m, prompt, KvType::F32, n);
+  const std::vector<int32_t> b = infer_test::greedy_tokens(m, prompt, t, n);
   int k = 0;
-  while (k < n && toks[0][k] == toks[1][k]) ++k;
+  while (k < n && k < static_cast<int>(std::min(a.size(), b.size())) && a[k] == b[k]) ++k;
   return k;
 }
 

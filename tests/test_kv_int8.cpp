@@ -40,18 +40,9 @@ std::vector<int32_t> prompt_of(const Model& m, const RefPrompt& r) {
 }
 
 std::vector<int32_t> greedy_tokens(const Model& m, const std::vector<int32_t>& prompt, KvType t, int n) {
-  EngineParams ep;
-  ep.kv_type = t;
-  Engine engine(m, ep);
-  RequestParams rp;
-  rp.prompt = prompt;
-  rp.max_tokens = n;
-  rp.sampling.temperature = 0;
-  rp.ignore_eos = true;
-  auto r = engine.submit(rp);
-  engine.run();
-  REQUIRE(r->n_generated() == n);
-  return std::vector<int32_t>(r->generated(), r->generated() + n);
+  std::vector<int32_t> out = infer_test::greedy_tokens(m, prompt, t, n);
+  REQUIRE(static_cast<int>(out.size()) == n);
+  return out;
 }
 
 int first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {

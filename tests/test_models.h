@@ -2,7 +2,9 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
+#include "engine/engine.h"
 #include "model/llama2c.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -22,6 +24,23 @@ inline std::unique_ptr<infer::Model> stories_xs() {
   const std::string out = temp_dir() + "/stories-xs.gguf";
   infer::convert_llama2c(ckpt, tok, out);
   return infer::Model::load(out);
+}
+
+// The first n greedy tokens after `prompt` in an engine of its own with KV
+// element type t (end of sequence ignored). Fewer when the request fails.
+inline std::vector<int32_t> greedy_tokens(const infer::Model& m, const std::vector<int32_t>& prompt, infer::KvType t,
+                                          int n) {
+  infer::EngineParams ep;
+  ep.kv_type = t;
+  infer::Engine engine(m, ep);
+  infer::RequestParams rp;
+  rp.prompt = prompt;
+  rp.max_tokens = n;
+  rp.sampling.temperature = 0;
+  rp.ignore_eos = true;
+  auto r = engine.submit(rp);
+  engine.run();
+  return std::vector<int32_t>(r->generated(), r->generated() + r->n_generated());
 }
 
 }  // namespace infer_test
