@@ -72,9 +72,9 @@ void BM_TTFT(benchmark::State& state, Mode mode) {
     state.counters["cached_tokens"] = r->n_cached();
   }
 }
-BENCHMARK_CAPTURE(BM_TTFT, cold, kCold)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_TTFT, cold, kCold)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_TTFT, warm, kWarm)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_TTFT, cache_off, kCacheOff)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_TTFT, cache_off, kCacheOff)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void BM_KvBytesPerToken(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(state.iterations());
