@@ -256,21 +256,6 @@ void k4_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0,
   }
 }
 
-// Panels of rows [r0, r1) against m <= 2 rows of x, a whole panel at a time.
-template <Panels::Scales S>
-void k4_panels_small_m(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const Panels& P = *a.panels;
-  const int64_t n_out = a.w->n_out;
-  alignas(32) float out[2 * 16];
-  for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
-    const int64_t c0 = p * kPanelRows;
-    const int nc = static_cast<int>(std::min<int64_t>(kPanelRows, r1 - c0));
-    if (a.m >= 2) k4_full<2, S>(P, P.panel(p), *a.qa, 0, out);
-    else k4_full<1, S>(P, P.panel(p), *a.qa, 0, out);
-    for (int r = 0; r < a.m; ++r) std::memcpy(a.y + r * n_out + c0, out + 16 * r, sizeof(float) * nc);
-  }
-}
-
 // ---- panels: Q8_0 and W8A8 (K8) --------------------------------------------------------
 
 template <int NX, bool PerRow>
@@ -365,20 +350,28 @@ void k8_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0,
   }
 }
 
-// Panels of rows [r0, r1) against m <= 2 rows of x, a whole panel at a time.
-template <bool PerRow>
-void k8_panels_small_m(const MatmulArgs& a, int64_t r0, int64_t r1) {
+// Panels of rows [r0, r1) against m <= 2 rows of x, a whole panel at a time;
+// Full::run<NX> is one of the whole-panel kernels (k4_full, k8_full).
+template <class Full>
+void panels_small_m(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const Panels& P = *a.panels;
   const int64_t n_out = a.w->n_out;
   alignas(32) float out[2 * 16];
   for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
     const int64_t c0 = p * kPanelRows;
     const int nc = static_cast<int>(std::min<int64_t>(kPanelRows, r1 - c0));
-    if (a.m >= 2) k8_full<2, PerRow>(P, P.panel(p), *a.qa, 0, out);
-    else k8_full<1, PerRow>(P, P.panel(p), *a.qa, 0, out);
+    if (a.m >= 2) Full::template run<2>(P, P.panel(p), *a.qa, out);
+    else Full::template run<1>(P, P.panel(p), *a.qa, out);
     for (int r = 0; r < a.m; ++r) std::memcpy(a.y + r * n_out + c0, out + 16 * r, sizeof(float) * nc);
   }
 }
+
+template <Panels::Scales S> struct K4Full {
+  template <int NX> static void run(const Panels& P, const uint8_t* p, const QActs& q, float* o) { k4_full<NX, S>(P, p, q, 0, o); }
+};
+template <bool PerRow> struct K8Full {
+  template <int NX> static void run(const Panels& P, const uint8_t* p, const QActs& q, float* o) { k8_full<NX, PerRow>(P, p, q, 0, o); }
+};
 
 // Walks the panels of rows [r0, r1) and the rows of x in tiles of 4; the
 // half-panel kernel HalfFn<NX> writes NX x 8 results that land in y.
@@ -862,17 +855,17 @@ FormatKernel avx2_format_kernel(DType t, int64_t m) {
   switch (t) {
     // m <= 2 (decode): whole panels in one pass; larger m: half panels, more rows of x per pass.
     case DType::Q4_0:
-      k.tile = m <= 2 ? k4_panels_small_m<Panels::Scales::Q4_0> : panel_tiles<Q40Half>; k.act_block = 32; k.panels = true; break;
+      k.tile = m <= 2 ? panels_small_m<K4Full<Panels::Scales::Q4_0>> : panel_tiles<Q40Half>; k.act_block = 32; k.panels = true; break;
     case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
-      k.tile = m <= 2 ? k4_panels_small_m<Panels::Scales::Int4> : panel_tiles<I4Half>; k.act_block = 32; k.panels = true; break;
-    case DType::Q8_0: k.tile = m <= 2 ? k8_panels_small_m<false> : panel_tiles<Q80Half>; k.act_block = 32; k.panels = true; break;
-    case DType::W8A8: k.tile = m <= 2 ? k8_panels_small_m<true> : panel_tiles<W8Half>; k.act_block = -1; k.panels = true; break;
+      k.tile = m <= 2 ? panels_small_m<K4Full<Panels::Scales::Int4>> : panel_tiles<I4Half>; k.act_block = 32; k.panels = true; break;
+    case DType::Q8_0: k.tile = m <= 2 ? panels_small_m<K8Full<false>> : panel_tiles<Q80Half>; k.act_block = 32; k.panels = true; break;
+    case DType::W8A8: k.tile = m <= 2 ? panels_small_m<K8Full<true>> : panel_tiles<W8Half>; k.act_block = -1; k.panels = true; break;
     case DType::Q4_1:
-      k.tile = m <= 2 ? k4_panels_small_m<Panels::Scales::Q4_1> : panel_tiles<Q41Half>; k.act_block = 32; k.panels = true; break;
+      k.tile = m <= 2 ? panels_small_m<K4Full<Panels::Scales::Q4_1>> : panel_tiles<Q41Half>; k.act_block = 32; k.panels = true; break;
     case DType::Q5_0: k.tile = tile_rows<DecQ5_0>; k.act_block = 32; break;
     case DType::Q5_1: k.tile = tile_rows<DecQ5_1>; k.act_block = 32; break;
     case DType::Q4_K:
-      k.tile = m <= 2 ? k4_panels_small_m<Panels::Scales::Q4_K> : panel_tiles<Q4KHalf>; k.act_block = 32; k.panels = true; break;
+      k.tile = m <= 2 ? panels_small_m<K4Full<Panels::Scales::Q4_K>> : panel_tiles<Q4KHalf>; k.act_block = 32; k.panels = true; break;
     case DType::Q5_K: k.tile = tile_rows<DecQK<true>>; k.act_block = 32; break;
     case DType::Q6_K: k.tile = tile_rows<DecQ6_K>; k.act_block = 32; break;
     case DType::F32: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadF32> : tile_float_dot<LoadF32>; break;
