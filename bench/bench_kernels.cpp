@@ -247,6 +247,26 @@ void gemm_body(benchmark::State& state, DType t, int64_t m, int threads) {
 
 void BM_Gemm(benchmark::State& state, DType t) { gemm_body(state, t, state.range(0), static_cast<int>(state.range(1))); }
 
+// The kernels' compute cost without memory: a 256 x 2048 Q4_0 matrix (288
+// KiB, resident in L2) on one thread, per m. Time per 16 x 32 weight block
+// of the m rows: what a batched decode step pays per block on top of
+// reading the weights.
+void BM_GemmL2(benchmark::State& state) {
+  const int64_t m = state.range(0), n_in = 2048, n_out = 256;
+  Matrix mat = make_matrix(DType::Q4_0, n_in, n_out);
+  ThreadPool pool(1);
+  std::vector<float> x(static_cast<size_t>(m * n_in), 0.5f), y(static_cast<size_t>(m * n_out));
+  for (int64_t i = 0; i < m * n_in; ++i) x[static_cast<size_t>(i)] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  cpu::matmul(pool, mat.view(), x.data(), m, y.data());
+  for (auto _ : state) {
+    cpu::matmul(pool, mat.view(), x.data(), m, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["ns_per_block"] = benchmark::Counter(static_cast<double>(state.iterations()) * (n_out / 16) * (n_in / 32),
+                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_GemmL2)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->UseRealTime();
+
 // Our int8 / f32 kernels against oneDNN's, per m (policy 0: ours, 1: oneDNN):
 // where the by-shape choice in cpu/onednn_matmul.cpp comes from.
 void BM_GemmPolicy(benchmark::State& state, DType t) {
@@ -261,7 +281,7 @@ BENCHMARK_CAPTURE(BM_GemmPolicy, f32, DType::F32)
 
 #define FORMAT_BENCH(name, type)                                                                      \
   BENCHMARK_CAPTURE(BM_Gemv, name, type)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime(); \
-  BENCHMARK_CAPTURE(BM_Gemm, name, type)->Args({64, 1})->Args({64, 2})->Args({16, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
+  BENCHMARK_CAPTURE(BM_Gemm, name, type)->Args({64, 1})->Args({64, 2})->Args({16, 2})->Args({8, 2})->Args({4, 2})->Args({2, 2})->Args({1, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 FORMAT_BENCH(f32, DType::F32)
 FORMAT_BENCH(f16, DType::F16)

@@ -3,6 +3,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include <atomic>
 #include <cstdlib>
@@ -14,15 +18,36 @@ namespace {
 
 Isa env_cap() {
   const char* s = std::getenv("INFER_CPU_ISA");
-  if (!s || !*s) return Isa::Avx512;
+  if (!s || !*s) return Isa::Amx;
   if (!std::strcmp(s, "scalar")) return Isa::Scalar;
   if (!std::strcmp(s, "avx2")) return Isa::Avx2;
-  return Isa::Avx512;
+  if (!std::strcmp(s, "avx512")) return Isa::Avx512;
+  return Isa::Amx;
 }
 
 std::atomic<int>& cap() {
   static std::atomic<int> c{static_cast<int>(env_cap())};
   return c;
+}
+
+// Whether AMX-TILE and AMX-INT8 can be used: the CPU has them (CPUID.(7,0):EDX
+// bits 24 and 25), the OS saves their state (XCR0 bits 17 and 18), the
+// kernels were compiled (INFER_HAVE_AMX) and Linux grants this process the
+// tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18;
+// granted once for the whole process, every thread).
+bool amx_usable() {
+#if defined(__linux__) && defined(__x86_64__) && defined(INFER_HAVE_AMX)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE: xgetbv is allowed
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 }  // namespace
@@ -32,6 +57,7 @@ const char* isa_name(Isa isa) {
     case Isa::Scalar: return "scalar";
     case Isa::Avx2: return "avx2";
     case Isa::Avx512: return "avx512";
+    case Isa::Amx: return "amx";
   }
   return "?";
 }
@@ -48,7 +74,8 @@ Isa detected_isa() {
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                         __builtin_cpu_supports("avx512vnni");
-    return avx512 ? Isa::Avx512 : Isa::Avx2;
+    if (!avx512) return Isa::Avx2;
+    return amx_usable() ? Isa::Amx : Isa::Avx512;
   }();
   return isa;
 #else

@@ -1,6 +1,6 @@
 // Which instruction set the CPU matmul kernels use. Decided once from cpuid,
-// capped by the environment variable INFER_CPU_ISA (scalar | avx2 | avx512,
-// read once) and, for tests, by set_isa_cap().
+// capped by the environment variable INFER_CPU_ISA (scalar | avx2 | avx512 |
+// amx, read once) and, for tests, by set_isa_cap().
 #pragma once
 
 namespace infer::cpu {
@@ -9,6 +9,7 @@ enum class Isa : int {
   Scalar = 0,  // portable C++: dequantize, then f32 math
   Avx2 = 1,    // AVX2 + FMA + F16C
   Avx512 = 2,  // AVX-512 F/BW/VL/DQ + VNNI (on top of AVX2)
+  Amx = 3,     // AMX-TILE + AMX-INT8 (on top of AVX-512), with the kernel's permission to use the tiles
 };
 
 const char* isa_name(Isa isa);
@@ -17,7 +18,7 @@ Isa detected_isa();
 // detected_isa(), capped by INFER_CPU_ISA and set_isa_cap().
 Isa active_isa();
 // Caps the ISA used from now on (tests force the scalar path with it).
-// Passing Isa::Avx512 lifts the cap (detection still applies). Returns the
+// Passing Isa::Amx lifts the cap (detection still applies). Returns the
 // previous cap, to restore it.
 Isa set_isa_cap(Isa cap);
 

@@ -72,6 +72,10 @@ void tile_scalar(const MatmulArgs& a, int64_t r0, int64_t r1) {
 }
 
 FormatKernel pick_kernel(Isa isa, DType t, int64_t m) {
+  if (isa >= Isa::Amx) {
+    FormatKernel k = amx_format_kernel(t, m);
+    if (k.tile) return k;
+  }
   if (isa >= Isa::Avx512) {
     FormatKernel k = avx512_format_kernel(t, m);
     if (k.tile) return k;
@@ -90,6 +94,7 @@ struct ActScratch {
   std::vector<int8_t> q;
   std::vector<uint8_t> u;
   std::vector<float> d, xs;
+  std::vector<int32_t> sum;
 };
 
 const char kPanelsKey = 0;  // WeightCache tag of the panels
@@ -138,12 +143,25 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
     qa.u = k.act_u8 ? scratch.u.data() : nullptr;
     qa.d = scratch.d.data();
     qa.xs = scratch.xs.data();
+    if (k.act_sums) {
+      scratch.sum.resize(static_cast<size_t>(m * qa.nb));
+      qa.sum = scratch.sum.data();
+    }
     const QuantizeActsFn quant = isa >= Isa::Avx2 ? quantize_acts_avx2 : quantize_acts_scalar;
     auto rows = [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        quant(x + i * w.n_in, w.n_in, qa.n_pad, qa.block, scratch.q.data() + i * qa.n_pad,
-              k.act_u8 ? scratch.u.data() + i * qa.n_pad : nullptr, scratch.d.data() + i * qa.nb,
-              scratch.xs.data() + i * qa.nb);
+      for (int64_t i = i0; i < i1; ++i) {
+        int8_t* q = scratch.q.data() + i * qa.n_pad;
+        quant(x + i * w.n_in, w.n_in, qa.n_pad, qa.block, q, k.act_u8 ? scratch.u.data() + i * qa.n_pad : nullptr,
+              scratch.d.data() + i * qa.nb, scratch.xs.data() + i * qa.nb);
+        if (k.act_sums) {
+          int32_t* sum = scratch.sum.data() + i * qa.nb;
+          for (int64_t b = 0; b < qa.nb; ++b) {
+            int32_t t = 0;
+            for (int64_t j = 0; j < qa.block; ++j) t += q[b * qa.block + j];
+            sum[b] = t;
+          }
+        }
+      }
     };
     if (m >= 8 && pool.size() > 1) {
       pool.run([&](int tid, int nth) { rows(m * tid / nth, m * (tid + 1) / nth); });

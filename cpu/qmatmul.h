@@ -35,6 +35,7 @@ struct QActs {
   const uint8_t* u = nullptr;  // q + 128 as unsigned (for u8 x s8 instructions), when asked for
   const float* d = nullptr;
   const float* xs = nullptr;
+  const int32_t* sum = nullptr;  // Σq of each block (like d and xs), when asked for
   const int8_t* row(int64_t i) const { return q + i * n_pad; }
   const uint8_t* urow(int64_t i) const { return u + i * n_pad; }
 };
@@ -108,6 +109,7 @@ struct FormatKernel {
   TileFn tile = nullptr;  // nullptr: this ISA has no kernel for the format
   int act_block = 0;      // 0: f32 activations; 32: int8 per 32 values; -1: int8 per row
   bool act_u8 = false;    // also wants QActs::u
+  bool act_sums = false;  // also wants QActs::sum
   bool panels = false;    // works on pack_panels() output
   int panel_rows = kPanelRows;  // the driver hands out output rows in multiples of this
 };
@@ -122,16 +124,25 @@ int prefetch_distance();
 // it once per block of their stream, so that blocks whose size is not a
 // multiple of 64 bytes (a Q4_1 block of a panel is 320) still get every line
 // prefetched, not only the lines their 64-byte loads start in.
+// Locality 3 fetches into L1; the AMX kernels ask for 2 (L2): their tile
+// stores need L1 for themselves.
+template <int Locality = 3>
 inline void prefetch_span(const uint8_t* from, const uint8_t* to, int dist) {
   if (!dist) return;
   const uintptr_t e = reinterpret_cast<uintptr_t>(to) + static_cast<uintptr_t>(dist);
   for (uintptr_t a = (reinterpret_cast<uintptr_t>(from) + static_cast<uintptr_t>(dist)) & ~uintptr_t(63); a < e; a += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(a));
+    __builtin_prefetch(reinterpret_cast<const void*>(a), 0, Locality);
 }
 
 // Kernel tables of each ISA (cpu/avx2/qgemm_avx2.cpp, cpu/avx512/qgemm_avx512.cpp).
 FormatKernel avx2_format_kernel(DType t, int64_t m);
 FormatKernel avx512_format_kernel(DType t, int64_t m);
+// AMX tile kernels (in cpu/avx512/qgemm_avx512.cpp): Q4_0, Q4_1, Q4_K,
+// INT4_G*, Q8_0 and W8A8 panels for m >= kAmxMinRows; the same panels and
+// (bit-identical) results as the AVX-512 kernels. No kernel below that m,
+// or when the build has no AMX support.
+FormatKernel amx_format_kernel(DType t, int64_t m);
+constexpr int64_t kAmxMinRows = 16;
 
 // Quantizes one row of n floats into int8 blocks of `block` values (n_pad
 // values written, the tail zero). u may be nullptr.

@@ -164,6 +164,7 @@ std::vector<cpu::Isa> isas() {
   std::vector<cpu::Isa> v{cpu::Isa::Scalar};
   if (cpu::detected_isa() >= cpu::Isa::Avx2) v.push_back(cpu::Isa::Avx2);
   if (cpu::detected_isa() >= cpu::Isa::Avx512) v.push_back(cpu::Isa::Avx512);
+  if (cpu::detected_isa() >= cpu::Isa::Amx) v.push_back(cpu::Isa::Amx);
   return v;
 }
 
@@ -311,6 +312,51 @@ TEST_CASE("matmul: oneDNN paths (W8A8 int8, f32) forced on and off", "[matmul]")
         } else {
           check_result(tw, x, m, y, t == DType::W8A8, what);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul: AMX tile kernels give the AVX-512 kernels' results bit for bit", "[matmul]") {
+  if (cpu::detected_isa() < cpu::Isa::Amx) {
+    WARN("skipped: no usable AMX-INT8 here (CPU, OS permission or build): " << cpu::isa_name(cpu::detected_isa()));
+    return;
+  }
+  struct NoOnednn {  // W8A8 would go to oneDNN for larger m
+    NoOnednn() { cpu::set_onednn_policy(0); }
+    ~NoOnednn() { cpu::set_onednn_policy(-1); }
+  } no_onednn;
+  // Batch invariance: a request's logits must not depend on which kernel
+  // its batch size picked, so AMX must reproduce the VNNI kernels exactly.
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q4_K, DType::INT4_G32, DType::INT4_G64, DType::INT4_G128,
+                  DType::Q8_0, DType::W8A8}) {
+    // K = 512: grouped Q4_0 / Q4_1 panels; K = 768: three Q4_K super-blocks;
+    // K = 288: 9 blocks (Q4_0 / Q4_1 ungrouped, an odd count for the tile
+    // pairs) where the format allows it. N crosses panels and ends inside one.
+    for (Shape s : {Shape{512, 48}, Shape{768, 37}, Shape{288, 19}}) {
+      if (!dtype_row_ok(t, s.n_in) || (t == DType::INT4_G64 && s.n_in % 64) || (t == DType::INT4_G128 && s.n_in % 128))
+        continue;
+      TestWeight tw;
+      make_weight(tw, t, s.n_in, s.n_out, static_cast<uint32_t>(s.n_in + 3 * s.n_out));
+      ThreadPool pool(2);
+      for (int64_t m : {int64_t(16), int64_t(17), int64_t(31), int64_t(40)}) {  // tile heights 16, 1, 15, 8
+        const std::vector<float> x = make_x(m, s.n_in, static_cast<uint32_t>(m * 7 + 1));
+        std::vector<float> y_vnni(static_cast<size_t>(m * s.n_out)), y_amx(y_vnni.size());
+        {
+          IsaGuard g(cpu::Isa::Avx512);
+          cpu::matmul(pool, tw.view(true), x.data(), m, y_vnni.data());
+        }
+        {
+          IsaGuard g(cpu::Isa::Amx);
+          cpu::matmul(pool, tw.view(true), x.data(), m, y_amx.data());
+        }
+        INFO(dtype_name(t) << " K=" << s.n_in << " N=" << s.n_out << " M=" << m);
+        CHECK(std::memcmp(y_vnni.data(), y_amx.data(), y_vnni.size() * sizeof(float)) == 0);
+        // And the AMX kernel agrees with the scalar reference.
+        check_result(tw, x, m, y_amx, true, std::string(dtype_name(t)) + " amx M=" + std::to_string(m));
       }
     }
   }

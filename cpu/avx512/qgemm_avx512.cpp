@@ -43,22 +43,17 @@ inline __m512 load_f16x16(const uint8_t* p) {
 
 // ---- K4 panels: Q4_0 and INT4 -----------------------------------------------------------
 
-template <int NX, Panels::Scales S>
-void k4_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
+// The per-row affine map of each 32-value block of a K4 panel group
+// (w = dv * q + mv): group() at the start of a group (sd: its scales),
+// then block(b) for each of its blocks.
+template <Panels::Scales S>
+struct K4Scale {
   using Sc = Panels::Scales;
-  const int G = P.group;
-  const int bpg = G / 32;
-  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S, bpg);
-  const int64_t n_groups = P.n_pad / G;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const int kPrefetchBytes = prefetch_distance();
-  __m512 acc[NX];
-  for (int r = 0; r < NX; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < n_groups; ++g) {
-    const uint8_t* gd = panel + g * group_bytes;
-    const uint8_t* sd = gd + nib;
-    __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();  // per row: w = dv * q + mv
-    __m512 dsup = _mm512_setzero_ps(), msup = _mm512_setzero_ps();
+  __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
+  __m512 dsup = _mm512_setzero_ps(), msup = _mm512_setzero_ps();
+  const uint8_t* sd = nullptr;
+  void group(const uint8_t* scales) {
+    sd = scales;
     if constexpr (S == Sc::Int4) {
       dv = load_f16x16(sd);
       const __m512 zf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 32))));
@@ -67,19 +62,47 @@ void k4_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
       dsup = load_f16x16(sd + 256);
       msup = _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(sd + 288));
     }
+  }
+  void block(int b) {
+    if constexpr (S == Sc::Q4_0) {  // per block: a = d (b = -8d is in the integer sum, see apply)
+      dv = load_f16x16(sd + 32 * b);
+    } else if constexpr (S == Sc::Q4_1) {  // a = d, b = m
+      dv = load_f16x16(sd + 64 * b);
+      mv = load_f16x16(sd + 64 * b + 32);
+    } else if constexpr (S == Sc::Q4_K) {  // a = d * sc, b = -dmin * mn of this block
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 16 * b));
+      const __m128i mn = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 128 + 16 * b));
+      dv = _mm512_mul_ps(dsup, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+      mv = _mm512_mul_ps(msup, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
+    }
+  }
+  // acc += one activation block's integer sum scaled into floats: s32 is
+  // Σ q x, except for Q4_0, where it is Σ (q - 8) x and the offset needs no
+  // second term. The same operations in every kernel (VNNI and AMX), so
+  // results do not depend on which one ran or on how many rows were batched.
+  __m512 apply(__m512 acc, __m512i s32, float d, float xs) const {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dv, _mm512_set1_ps(d)), acc);
+    if constexpr (S == Sc::Q4_0) return acc;
+    return _mm512_fmadd_ps(mv, _mm512_set1_ps(xs), acc);
+  }
+};
+
+template <int NX, Panels::Scales S>
+void k4_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
+  const int G = P.group;
+  const int bpg = G / 32;
+  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S, bpg);
+  const int64_t n_groups = P.n_pad / G;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const int kPrefetchBytes = prefetch_distance();
+  __m512 acc[NX];
+  for (int r = 0; r < NX; ++r) acc[r] = _mm512_setzero_ps();
+  K4Scale<S> sc;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* gd = panel + g * group_bytes;
+    sc.group(gd + nib);
     for (int b = 0; b < bpg; ++b) {
-      if constexpr (S == Sc::Q4_0) {  // per block: a = d, b = -8d
-        dv = load_f16x16(sd + 32 * b);
-        mv = _mm512_mul_ps(_mm512_set1_ps(-8.0f), dv);
-      } else if constexpr (S == Sc::Q4_1) {  // a = d, b = m
-        dv = load_f16x16(sd + 64 * b);
-        mv = load_f16x16(sd + 64 * b + 32);
-      } else if constexpr (S == Sc::Q4_K) {  // a = d * sc, b = -dmin * mn of this block
-        const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 16 * b));
-        const __m128i mn = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 128 + 16 * b));
-        dv = _mm512_mul_ps(dsup, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
-        mv = _mm512_mul_ps(msup, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
-      }
+      sc.block(b);
       const int64_t blk = g * bpg + b;
       const uint8_t* wq = gd + b * 256;
       prefetch_span(b == 0 ? gd : wq, b == bpg - 1 ? gd + group_bytes : wq + 256, kPrefetchBytes);
@@ -97,8 +120,8 @@ void k4_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
       }
       for (int r = 0; r < NX; ++r) {
         const int64_t ai = (i0 + r) * qa.nb + blk;
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32[r]), _mm512_mul_ps(dv, _mm512_set1_ps(qa.d[ai])), acc[r]);
-        acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(qa.xs[ai]), acc[r]);
+        if constexpr (S == Panels::Scales::Q4_0) s32[r] = _mm512_sub_epi32(s32[r], _mm512_set1_epi32(8 * qa.sum[ai]));
+        acc[r] = sc.apply(acc[r], s32[r], qa.d[ai], qa.xs[ai]);
       }
     }
   }
@@ -155,6 +178,14 @@ template <int NX> struct I4 { static void run(const Panels& P, const uint8_t* p,
 template <int NX> struct Q80 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, float* o) { k8_panel<NX, false>(P, p, q, i, o); } };
 template <int NX> struct W8 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, float* o) { k8_panel<NX, true>(P, p, q, i, o); } };
 
+// y[r][0..nc) = out[r][0..nc) for r < n (out: 16 floats per row), with
+// masked stores (a memcpy of 64 bytes per row became `rep movsq`, whose
+// start-up cost showed in profiles of the batched kernels).
+inline void store_rows(const float* out, int n, int nc, float* y, int64_t ldy) {
+  const __mmask16 k = static_cast<__mmask16>((1u << nc) - 1);
+  for (int r = 0; r < n; ++r) _mm512_mask_storeu_ps(y + r * ldy, k, _mm512_loadu_ps(out + 16 * r));
+}
+
 // Panels of rows [r0, r1) against the rows of x in tiles of up to 8.
 template <template <int> class K>
 void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
@@ -177,7 +208,7 @@ void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
         case 2: K<2>::run(P, panel, *a.qa, i, out); break;
         default: K<1>::run(P, panel, *a.qa, i, out); break;
       }
-      for (int r = 0; r < nx; ++r) std::memcpy(a.y + (i + r) * n_out + c0, out + 16 * r, sizeof(float) * nc);
+      store_rows(out, nx, nc, a.y + i * n_out + c0, n_out);
     }
   }
 }
@@ -439,12 +470,328 @@ void tile_fp(const MatmulArgs& a, int64_t r0, int64_t r1) {
 }
 
 
+#if defined(INFER_HAVE_AMX)
+// ---- AMX tiles: K4 (Q4_0, Q4_1, Q4_K, INT4), Q8_0 and W8A8 panels for m >= kAmxMinRows ----
+//
+// One 32-value block of up to 16 activation rows times one panel (16 weight
+// rows) is one tile multiply: A = the rows' int8 activations of the block
+// (mt rows of 32 bytes, read in place), B = the panel's block as 8 rows of
+// 64 bytes, each holding 4 consecutive values of every weight row (the
+// panel's own order: a Q8_0 or W8A8 block loads as it is; a K4 step's low
+// and high nibbles are two such rows), C = mt x 16 int32 sums, exactly the
+// integers the VNNI kernels compute. Block formats store C and scale it
+// into f32 accumulators with the VNNI kernels' own operations, so results
+// are bit-identical whichever kernel ran and however many rows were
+// batched (see amx_panel for how the stages overlap). W8A8 (one scale per
+// row) keeps its sums in the tiles to the end.
+//
+// Measured (BM_GemmL2, BM_Gemm; bench/RESULTS.md): per 16 x 32 block the
+// tile path costs a fixed ~45 ns plus ~1 ns per row, against ~5 ns per row
+// for VNNI: ahead from 16 rows on (1.2-1.4x at 16-64), behind below 8. The
+// per-block C round trip through memory (store, reload, scale) is what
+// keeps it far from the tile unit's peak: block-scaled formats cannot keep
+// their sums in the tiles.
+
+// The tile instructions, as inline assembly with the memory effects
+// spelled out (the compilers' macros do not declare that a tile load reads
+// memory, which would let a preceding store to its source move after it).
+#define INFER_TILE_LOAD(t, base, stride) \
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"(static_cast<long>(stride)) : "memory")
+#define INFER_TILE_STORE(t, base, stride) \
+  __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"(static_cast<long>(stride)) : "memory")
+#define INFER_TILE_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+// dst += src1 (signed bytes) . src2 (unsigned bytes: tdpbsud; signed: tdpbssd)
+#define INFER_TILE_DPBSUD(dst, s1, s2) __asm__ volatile("tdpbsud %%tmm" #s2 ", %%tmm" #s1 ", %%tmm" #dst ::)
+#define INFER_TILE_DPBSSD(dst, s1, s2) __asm__ volatile("tdpbssd %%tmm" #s2 ", %%tmm" #s1 ", %%tmm" #dst ::)
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// tmm0-3: C (mt x 16 int32); tmm4, tmm5: A (mt x 32 int8); tmm6, tmm7: B (8 x 64 bytes).
+void amx_configure(int mt) {
+  TileConfig c;
+  for (int t = 0; t < 4; ++t) {
+    c.rows[t] = static_cast<uint8_t>(mt);
+    c.colsb[t] = 64;
+  }
+  for (int t = 4; t < 6; ++t) {
+    c.rows[t] = static_cast<uint8_t>(mt);
+    c.colsb[t] = 32;
+    c.rows[t + 2] = 8;
+    c.colsb[t + 2] = 64;
+  }
+  __asm__ volatile("ldtilecfg %0" ::"m"(c));
+}
+
+void amx_release() { __asm__ volatile("tilerelease" ::); }
+
+// The block-scaled formats as the AMX driver sees them, each call in block
+// order: stage(blk, buf) returns block blk's B rows (K4: unpacked into buf;
+// Q8_0: the panel's own bytes), prefetching the stream ahead; scale(blk)
+// prepares the block's per-row map; apply() adds one block's integer sums.
+//
+// K4: Q4_0's nibbles become signed q - 8 on the way into the tile, so C is
+// already Σ (q - 8) x and its scaling is one multiply-add (the VNNI kernel
+// gets the same integer as Σ q x - 8 Σ x); the formats with a minimum keep
+// unsigned nibbles and K4Scale::apply's two terms.
+template <Panels::Scales S>
+struct AmxK4 {
+  static constexpr bool kSigned = S == Panels::Scales::Q4_0;
+  int bpg;
+  size_t nib, gbytes;
+  int pf;
+  const uint8_t* sg;  // stage cursor: group, block
+  int sb = 0;
+  const uint8_t* fg;  // scale cursor
+  int fb = 0;
+  K4Scale<S> sc;
+  AmxK4(const Panels& P, const uint8_t* panel, int prefetch)
+      : bpg(P.group / 32), pf(prefetch), sg(panel), fg(panel) {
+    nib = static_cast<size_t>(bpg) * 256;
+    gbytes = nib + k4_scale_bytes(S, bpg);
+  }
+  const uint8_t* stage(int64_t, uint8_t* buf) {
+    const uint8_t* wq = sg + sb * 256;
+    prefetch_span<2>(sb == 0 ? sg : wq, sb == bpg - 1 ? sg + gbytes : wq + 256, pf);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), k8 = _mm512_set1_epi8(8);
+    for (int s = 0; s < 4; ++s) {
+      const __m512i v = _mm512_loadu_si512(wq + 64 * s);
+      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      if constexpr (kSigned) {
+        lo = _mm512_sub_epi8(lo, k8);
+        hi = _mm512_sub_epi8(hi, k8);
+      }
+      _mm512_store_si512(buf + 128 * s, lo);
+      _mm512_store_si512(buf + 128 * s + 64, hi);
+    }
+    if (++sb == bpg) {
+      sb = 0;
+      sg += gbytes;
+    }
+    return buf;
+  }
+  void scale(int64_t) {
+    if (fb == 0) sc.group(fg + nib);
+    sc.block(fb);
+    if (++fb == bpg) {
+      fb = 0;
+      fg += gbytes;
+    }
+  }
+  __m512 apply(__m512 acc, __m512i s32, float d, float xs) const { return sc.apply(acc, s32, d, xs); }
+};
+
+struct AmxQ80 {
+  static constexpr bool kSigned = true;
+  static constexpr size_t kBlockBytes = 544;
+  const uint8_t* panel;
+  int pf;
+  __m512 dv = _mm512_setzero_ps();
+  AmxQ80(const Panels&, const uint8_t* p, int prefetch) : panel(p), pf(prefetch) {}
+  const uint8_t* stage(int64_t blk, uint8_t*) const {
+    const uint8_t* bd = panel + blk * kBlockBytes;
+    prefetch_span<2>(bd, bd + kBlockBytes, pf);
+    return bd;
+  }
+  void scale(int64_t blk) { dv = load_f16x16(panel + blk * kBlockBytes + 512); }
+  // k8_panel's operations on the same integer (its Σ(q + 128)w - 128Σw).
+  __m512 apply(__m512 acc, __m512i s32, float d, float) const {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(dv, _mm512_set1_ps(d)), acc);
+  }
+};
+
+// One block on tile set Q (0..3): C = tmm Q, A = tmm 4 + Q % 2, B = tmm 6 + Q % 2;
+// amx_mul multiplies, amx_store writes C out.
+template <int Q, bool SignedB>
+inline void amx_mul(const int8_t* a, int64_t lda, const uint8_t* b) {
+#define INFER_AMX_MUL(C, A, B)   \
+  INFER_TILE_LOAD(A, a, lda);    \
+  INFER_TILE_LOAD(B, b, 64);     \
+  INFER_TILE_ZERO(C);            \
+  if constexpr (SignedB) INFER_TILE_DPBSSD(C, A, B); else INFER_TILE_DPBSUD(C, A, B)
+  if constexpr (Q == 0) { INFER_AMX_MUL(0, 4, 6); }
+  else if constexpr (Q == 1) { INFER_AMX_MUL(1, 5, 7); }
+  else if constexpr (Q == 2) { INFER_AMX_MUL(2, 4, 6); }
+  else { INFER_AMX_MUL(3, 5, 7); }
+#undef INFER_AMX_MUL
+}
+template <int Q>
+inline void amx_store(int32_t* c) {
+  if constexpr (Q == 0) { INFER_TILE_STORE(0, c, 64); }
+  else if constexpr (Q == 1) { INFER_TILE_STORE(1, c, 64); }
+  else if constexpr (Q == 2) { INFER_TILE_STORE(2, c, 64); }
+  else { INFER_TILE_STORE(3, c, 64); }
+}
+
+// The blocks of a panel go by chunks of 4 (one per C tile) through four
+// stages: B rows staged (K4: unpacked with vector stores), tile multiplies,
+// C stored, C scaled into the accumulators. Ordered for what this CPU
+// serializes (measured on a Sapphire/Emerald Rapids VM): a tile load waits
+// for earlier stores to its source to reach the cache, and loads that come
+// after a tile store wait for it, i.e. for its multiply to finish. So each
+// iteration multiplies chunk j + 1, then scales chunk j (stored by the
+// previous iteration, long done), and only then stores chunk j + 1: the
+// vector units scale while the tile unit multiplies. Weights are prefetched
+// into L2 only: L1 is left to the staged rows, C and the activations
+// (stores that miss L1 made the tile stores several times slower).
+constexpr int kAmxChunk = 4;
+
+template <int MT, class F>
+void amx_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, int pf, float* out /*[MT][16]*/) {
+  F f(P, panel, pf);
+  const int64_t nb = P.n_pad / 32;
+  const int64_t nch = (nb + kAmxChunk - 1) / kAmxChunk;
+  const int8_t* a = qa.row(i0);
+  const int64_t lda = qa.n_pad;
+  alignas(64) uint8_t bbuf[3][kAmxChunk][512];
+  alignas(64) int32_t cbuf[2][kAmxChunk][16 * 16];
+  const uint8_t* bptr[3][kAmxChunk];
+  auto count = [&](int64_t j) { return static_cast<int>(std::min<int64_t>(kAmxChunk, nb - j * kAmxChunk)); };
+  auto stage = [&](int64_t j, int slot) {
+    const int n = count(j);
+    for (int q = 0; q < n; ++q) bptr[slot][q] = f.stage(j * kAmxChunk + q, bbuf[slot][q]);
+  };
+  auto mul = [&](int64_t j, int slot) {
+    const int n = count(j);
+    const int8_t* aj = a + 32 * kAmxChunk * j;
+    amx_mul<0, F::kSigned>(aj, lda, bptr[slot][0]);
+    if (n > 1) amx_mul<1, F::kSigned>(aj + 32, lda, bptr[slot][1]);
+    if (n > 2) amx_mul<2, F::kSigned>(aj + 64, lda, bptr[slot][2]);
+    if (n > 3) amx_mul<3, F::kSigned>(aj + 96, lda, bptr[slot][3]);
+  };
+  auto store = [&](int64_t j) {
+    const int n = count(j);
+    int32_t(*cb)[16 * 16] = cbuf[j & 1];
+    amx_store<0>(cb[0]);
+    if (n > 1) amx_store<1>(cb[1]);
+    if (n > 2) amx_store<2>(cb[2]);
+    if (n > 3) amx_store<3>(cb[3]);
+  };
+  __m512 acc[MT];
+  for (int r = 0; r < MT; ++r) acc[r] = _mm512_setzero_ps();
+  stage(0, 0);
+  if (nch > 1) stage(1, 1);
+  mul(0, 0);
+  store(0);
+  int slot1 = 1, slot2 = 2;  // stage slots of chunks j + 1 and j + 2
+  for (int64_t j = 0; j < nch; ++j) {
+    if (j + 2 < nch) stage(j + 2, slot2);
+    if (j + 1 < nch) mul(j + 1, slot1);
+    const int n = count(j);
+    for (int q = 0; q < n; ++q) {
+      const int64_t blk = j * kAmxChunk + q;
+      f.scale(blk);
+      const int32_t* c = cbuf[j & 1][q];
+      const float* d = qa.d + i0 * qa.nb + blk;
+      const float* xs = qa.xs + i0 * qa.nb + blk;
+      for (int r = 0; r < MT; ++r)
+        acc[r] = f.apply(acc[r], _mm512_load_si512(c + 16 * r), d[r * qa.nb], xs[r * qa.nb]);
+    }
+    if (j + 1 < nch) store(j + 1);
+    const int s0 = 3 - slot1 - slot2;  // the slot chunk j used, free again
+    slot1 = slot2;
+    slot2 = s0;
+  }
+  for (int r = 0; r < MT; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
+}
+
+// W8A8: per-row scales, so the sums stay in the tiles (two accumulators for
+// alternate blocks) and are scaled once at the end, as k8_panel does.
+template <int MT>
+void amx_w8a8_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, int pf, float* out) {
+  const int64_t nb = P.n_pad / 32;
+  const int8_t* a = qa.row(i0);
+  const int64_t lda = qa.n_pad;
+  const uint8_t* w = panel + 128;
+  INFER_TILE_ZERO(0);
+  INFER_TILE_ZERO(1);
+  for (int64_t blk = 0; blk < nb; ++blk) {
+    const uint8_t* bd = w + blk * 512;
+    prefetch_span(bd, bd + 512, pf);
+    if (blk & 1) {
+      INFER_TILE_LOAD(5, a + 32 * blk, lda);
+      INFER_TILE_LOAD(7, bd, 64);
+      INFER_TILE_DPBSSD(1, 5, 7);
+    } else {
+      INFER_TILE_LOAD(4, a + 32 * blk, lda);
+      INFER_TILE_LOAD(6, bd, 64);
+      INFER_TILE_DPBSSD(0, 4, 6);
+    }
+  }
+  alignas(64) int32_t c[2][16 * 16];
+  INFER_TILE_STORE(0, c[0], 64);
+  INFER_TILE_STORE(1, c[1], 64);
+  const __m512 sv = _mm512_loadu_ps(panel);
+  for (int r = 0; r < MT; ++r) {
+    const __m512i s32 = _mm512_add_epi32(_mm512_load_si512(c[0] + 16 * r), _mm512_load_si512(c[1] + 16 * r));
+    _mm512_storeu_ps(out + 16 * r,
+                     _mm512_mul_ps(_mm512_cvtepi32_ps(s32), _mm512_mul_ps(sv, _mm512_set1_ps(qa.d[(i0 + r) * qa.nb]))));
+  }
+}
+
+template <int MT> struct AmxRunQ40 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, int pf, float* o) { amx_panel<MT, AmxK4<Panels::Scales::Q4_0>>(P, p, q, i, pf, o); } };
+template <int MT> struct AmxRunQ41 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, int pf, float* o) { amx_panel<MT, AmxK4<Panels::Scales::Q4_1>>(P, p, q, i, pf, o); } };
+template <int MT> struct AmxRunQ4K { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, int pf, float* o) { amx_panel<MT, AmxK4<Panels::Scales::Q4_K>>(P, p, q, i, pf, o); } };
+template <int MT> struct AmxRunI4 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, int pf, float* o) { amx_panel<MT, AmxK4<Panels::Scales::Int4>>(P, p, q, i, pf, o); } };
+template <int MT> struct AmxRunQ80 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, int pf, float* o) { amx_panel<MT, AmxQ80>(P, p, q, i, pf, o); } };
+template <int MT> struct AmxRunW8 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, int pf, float* o) { amx_w8a8_panel<MT>(P, p, q, i, pf, o); } };
+
+// Rows of x in tiles of up to 16 (the tiles configured once per tile
+// height), each against the panels of [r0, r1); the first tile streams the
+// panels in with prefetches, later ones find them in cache.
+template <template <int> class K>
+void amx_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  const Panels& P = *a.panels;
+  const int64_t n_out = a.w->n_out;
+  alignas(64) float out[16 * 16];
+  for (int64_t i = 0; i < a.m; i += 16) {
+    const int mt = static_cast<int>(std::min<int64_t>(16, a.m - i));
+    amx_configure(mt);
+    const int pf = i == 0 ? prefetch_distance() : 0;
+    for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
+      const uint8_t* panel = P.panel(p);
+      switch (mt) {
+        case 16: K<16>::run(P, panel, *a.qa, i, pf, out); break;
+        case 15: K<15>::run(P, panel, *a.qa, i, pf, out); break;
+        case 14: K<14>::run(P, panel, *a.qa, i, pf, out); break;
+        case 13: K<13>::run(P, panel, *a.qa, i, pf, out); break;
+        case 12: K<12>::run(P, panel, *a.qa, i, pf, out); break;
+        case 11: K<11>::run(P, panel, *a.qa, i, pf, out); break;
+        case 10: K<10>::run(P, panel, *a.qa, i, pf, out); break;
+        case 9: K<9>::run(P, panel, *a.qa, i, pf, out); break;
+        case 8: K<8>::run(P, panel, *a.qa, i, pf, out); break;
+        case 7: K<7>::run(P, panel, *a.qa, i, pf, out); break;
+        case 6: K<6>::run(P, panel, *a.qa, i, pf, out); break;
+        case 5: K<5>::run(P, panel, *a.qa, i, pf, out); break;
+        case 4: K<4>::run(P, panel, *a.qa, i, pf, out); break;
+        case 3: K<3>::run(P, panel, *a.qa, i, pf, out); break;
+        case 2: K<2>::run(P, panel, *a.qa, i, pf, out); break;
+        default: K<1>::run(P, panel, *a.qa, i, pf, out); break;
+      }
+      const int64_t c0 = p * kPanelRows;
+      store_rows(out, mt, static_cast<int>(std::min<int64_t>(kPanelRows, r1 - c0)), a.y + i * n_out + c0, n_out);
+    }
+  }
+  amx_release();
+}
+
+#undef INFER_TILE_LOAD
+#undef INFER_TILE_STORE
+#undef INFER_TILE_ZERO
+#undef INFER_TILE_DPBSUD
+#undef INFER_TILE_DPBSSD
+#endif  // INFER_HAVE_AMX
+
 }  // namespace
 
 FormatKernel avx512_format_kernel(DType t, int64_t m) {
   FormatKernel k;
   switch (t) {
-    case DType::Q4_0: k.tile = panel_tiles<Q40>; k.act_block = 32; k.panels = true; break;
+    case DType::Q4_0: k.tile = panel_tiles<Q40>; k.act_block = 32; k.act_sums = true; k.panels = true; break;
     case DType::Q4_1: k.tile = panel_tiles<Q41>; k.act_block = 32; k.panels = true; break;
     case DType::Q4_K: k.tile = panel_tiles<Q4K>; k.act_block = 32; k.panels = true; break;
     case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
@@ -456,6 +803,29 @@ FormatKernel avx512_format_kernel(DType t, int64_t m) {
     case DType::BF16: k.tile = tile_fp<PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     default: break;
   }
+  return k;
+}
+
+}  // namespace infer::cpu
+
+namespace infer::cpu {
+
+FormatKernel amx_format_kernel(DType t, int64_t m) {
+  FormatKernel k;
+#if defined(INFER_HAVE_AMX)
+  if (m < kAmxMinRows) return k;
+  switch (t) {
+    case DType::Q4_0: k.tile = amx_tiles<AmxRunQ40>; k.act_sums = true; break;
+    case DType::Q4_1: k.tile = amx_tiles<AmxRunQ41>; break;
+    case DType::Q4_K: k.tile = amx_tiles<AmxRunQ4K>; break;
+    case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128: k.tile = amx_tiles<AmxRunI4>; break;
+    case DType::Q8_0: k.tile = amx_tiles<AmxRunQ80>; break;
+    case DType::W8A8: k.tile = amx_tiles<AmxRunW8>; k.act_block = -1; k.panels = true; return k;
+    default: return k;
+  }
+  k.act_block = 32;
+  k.panels = true;
+#endif
   return k;
 }
 
