@@ -8,6 +8,8 @@
 //                           bytes_per_second counts weight bytes as stored
 //   BM_Gemm/FMT/M/T         one 5632 x 2048 matrix, m rows: GFLOP/s
 //   BM_PeakFma, BM_PeakInt8 the f32 FMA and int8 compute peaks GEMM is compared with
+//   BM_PeakAmxInt8/K/T      AMX tile multiplies (tdpbssd, 16 x 16 x K), K = 64 (full
+//                           tiles) or 32 (one 32-value block, as the block-format kernels)
 //
 // The ISA is the best the CPU has; INFER_CPU_ISA=avx2 (or scalar) caps it.
 #include <benchmark/benchmark.h>
@@ -24,6 +26,7 @@
 #include "core/backend.h"
 #include "core/fp16.h"
 #include "core/threadpool.h"
+#include "cpu/isa.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
 #include "cpu/onednn_matmul.h"
@@ -150,6 +153,46 @@ void BM_PeakInt8(benchmark::State& state) {
   peak_body(state, 12.0 * (z ? 64 : 32) * 2, [z](int64_t n) { return double(z ? int8_loop_vnni(n) : int8_loop_avx2(n)); });
 }
 BENCHMARK(BM_PeakInt8)->ArgsProduct({{0, 1}, {1, 2}})->UseRealTime();
+
+// 4 independent 16 x 16 int32 accumulators, A and B tiles of K bytes per row.
+int32_t amx_loop(int64_t iters, int k) {
+  struct alignas(64) {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } cfg;
+  for (int t = 0; t < 4; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  cfg.rows[4] = 16;
+  cfg.colsb[4] = static_cast<uint16_t>(k);
+  cfg.rows[6] = static_cast<uint8_t>(k / 4);
+  cfg.colsb[6] = 64;
+  alignas(64) int8_t a[16 * 64], b[16 * 64];
+  alignas(64) int32_t c[16 * 16];
+  std::memset(a, 1, sizeof a);
+  std::memset(b, 2, sizeof b);
+  __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm4" ::"r"(a), "r"(64L) : "memory");
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm6" ::"r"(b), "r"(64L) : "memory");
+  __asm__ volatile("tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3" ::);
+  for (int64_t i = 0; i < iters; ++i)
+    __asm__ volatile(
+        "tdpbssd %%tmm6, %%tmm4, %%tmm0\n\ttdpbssd %%tmm6, %%tmm4, %%tmm1\n\t"
+        "tdpbssd %%tmm6, %%tmm4, %%tmm2\n\ttdpbssd %%tmm6, %%tmm4, %%tmm3" ::);
+  __asm__ volatile("tilestored %%tmm0, (%0,%1,1)" ::"r"(c), "r"(64L) : "memory");
+  __asm__ volatile("tilerelease" ::);
+  return c[0];
+}
+
+void BM_PeakAmxInt8(benchmark::State& state) {
+  if (cpu::detected_isa() < cpu::Isa::Amx) return state.SkipWithError("no usable AMX-INT8");
+  const int k = static_cast<int>(state.range(0));
+  // 4 tile multiplies of 16 x 16 x K multiply-adds, 2 ops each.
+  peak_body(state, 4.0 * 16 * 16 * k * 2 / 16, [k](int64_t n) { return double(amx_loop(n / 16, k)); });  // n / 16 loop trips
+}
+BENCHMARK(BM_PeakAmxInt8)->ArgsProduct({{64, 32}, {1, 2}})->UseRealTime();
 #endif
 
 void BM_DotF32(benchmark::State& state) {

@@ -342,7 +342,8 @@ TEST_CASE("matmul: AMX tile kernels give the AVX-512 kernels' results bit for bi
       TestWeight tw;
       make_weight(tw, t, s.n_in, s.n_out, static_cast<uint32_t>(s.n_in + 3 * s.n_out));
       ThreadPool pool(2);
-      for (int64_t m : {int64_t(16), int64_t(17), int64_t(31), int64_t(40)}) {  // tile heights 16, 1, 15, 8
+      // m = 17 and 20 end in a VNNI tail (1 and 4 rows), 31 and 40 in AMX tiles of 15 and 8.
+      for (int64_t m : {int64_t(16), int64_t(17), int64_t(20), int64_t(31), int64_t(40)}) {
         const std::vector<float> x = make_x(m, s.n_in, static_cast<uint32_t>(m * 7 + 1));
         std::vector<float> y_vnni(static_cast<size_t>(m * s.n_out)), y_amx(y_vnni.size());
         {

@@ -186,9 +186,9 @@ inline void store_rows(const float* out, int n, int nc, float* y, int64_t ldy) {
   for (int r = 0; r < n; ++r) _mm512_mask_storeu_ps(y + r * ldy, k, _mm512_loadu_ps(out + 16 * r));
 }
 
-// Panels of rows [r0, r1) against the rows of x in tiles of up to 8.
+// Panels of rows [r0, r1) against rows [i0, m) of x in tiles of up to 8.
 template <template <int> class K>
-void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
+void panel_rows(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t i0) {
   const Panels& P = *a.panels;
   const int64_t n_out = a.w->n_out;
   alignas(64) float out[8 * 16];
@@ -196,7 +196,7 @@ void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
     const uint8_t* panel = P.panel(p);
     const int64_t c0 = p * kPanelRows;
     const int nc = static_cast<int>(std::min<int64_t>(kPanelRows, r1 - c0));
-    for (int64_t i = 0; i < a.m; i += 8) {
+    for (int64_t i = i0; i < a.m; i += 8) {
       const int nx = static_cast<int>(std::min<int64_t>(8, a.m - i));
       switch (nx) {
         case 8: K<8>::run(P, panel, *a.qa, i, out); break;
@@ -211,6 +211,11 @@ void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
       store_rows(out, nx, nc, a.y + i * n_out + c0, n_out);
     }
   }
+}
+
+template <template <int> class K>
+void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  panel_rows<K>(a, r0, r1, 0);
 }
 
 // ---- float formats -----------------------------------------------------------------------
@@ -740,16 +745,23 @@ template <int MT> struct AmxRunI4 { static void run(const Panels& P, const uint8
 template <int MT> struct AmxRunQ80 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, int pf, float* o) { amx_panel<MT, AmxQ80>(P, p, q, i, pf, o); } };
 template <int MT> struct AmxRunW8 { static void run(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, int pf, float* o) { amx_w8a8_panel<MT>(P, p, q, i, pf, o); } };
 
-// Rows of x in tiles of up to 16 (the tiles configured once per tile
-// height), each against the panels of [r0, r1); the first tile streams the
-// panels in with prefetches, later ones find them in cache.
-template <template <int> class K>
+// Rows of x in tiles of 16 (the tiles configured once per tile height),
+// each against the panels of [r0, r1); the first tile streams the panels in
+// with prefetches, later ones find them in cache. A last tile of fewer than
+// kAmxMinTail rows goes to the VNNI kernel V instead (same results): a tile
+// multiply costs about as much for 1 row as for 16, so a 16-sequence decode
+// step that also carries a short prompt stays one tile.
+constexpr int64_t kAmxMinTail = 8;
+
+template <template <int> class K, template <int> class V>
 void amx_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const Panels& P = *a.panels;
   const int64_t n_out = a.w->n_out;
   alignas(64) float out[16 * 16];
-  for (int64_t i = 0; i < a.m; i += 16) {
+  int64_t i = 0;
+  for (; i < a.m; i += 16) {
     const int mt = static_cast<int>(std::min<int64_t>(16, a.m - i));
+    if (i > 0 && mt < kAmxMinTail) break;
     amx_configure(mt);
     const int pf = i == 0 ? prefetch_distance() : 0;
     for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
@@ -777,6 +789,7 @@ void amx_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
     }
   }
   amx_release();
+  if (i < a.m) panel_rows<V>(a, r0, r1, i);
 }
 
 #undef INFER_TILE_LOAD
@@ -806,21 +819,17 @@ FormatKernel avx512_format_kernel(DType t, int64_t m) {
   return k;
 }
 
-}  // namespace infer::cpu
-
-namespace infer::cpu {
-
 FormatKernel amx_format_kernel(DType t, int64_t m) {
   FormatKernel k;
 #if defined(INFER_HAVE_AMX)
   if (m < kAmxMinRows) return k;
   switch (t) {
-    case DType::Q4_0: k.tile = amx_tiles<AmxRunQ40>; k.act_sums = true; break;
-    case DType::Q4_1: k.tile = amx_tiles<AmxRunQ41>; break;
-    case DType::Q4_K: k.tile = amx_tiles<AmxRunQ4K>; break;
-    case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128: k.tile = amx_tiles<AmxRunI4>; break;
-    case DType::Q8_0: k.tile = amx_tiles<AmxRunQ80>; break;
-    case DType::W8A8: k.tile = amx_tiles<AmxRunW8>; k.act_block = -1; k.panels = true; return k;
+    case DType::Q4_0: k.tile = amx_tiles<AmxRunQ40, Q40>; k.act_sums = true; break;
+    case DType::Q4_1: k.tile = amx_tiles<AmxRunQ41, Q41>; break;
+    case DType::Q4_K: k.tile = amx_tiles<AmxRunQ4K, Q4K>; break;
+    case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128: k.tile = amx_tiles<AmxRunI4, I4>; break;
+    case DType::Q8_0: k.tile = amx_tiles<AmxRunQ80, Q80>; k.act_u8 = true; break;  // u8: the VNNI tail
+    case DType::W8A8: k.tile = amx_tiles<AmxRunW8, W8>; k.act_block = -1; k.act_u8 = true; k.panels = true; return k;
     default: return k;
   }
   k.act_block = 32;
