@@ -9,10 +9,10 @@
 # table shows the median of each column. Synthesizes the models into
 # BUILD_DIR/models when missing.
 #
-#   bench/quant_speed.sh BUILD_DIR [ISA]     ISA: avx512 (best, default) | avx2 | scalar
+#   bench/quant_speed.sh BUILD_DIR [ISA]     ISA: amx (best the CPU has, default) | avx512 | avx2 | scalar
 set -eu
 BUILD=${1:?usage: $0 BUILD_DIR [ISA]}
-export INFER_CPU_ISA=${2:-avx512}
+export INFER_CPU_ISA=${2:-amx}
 ROUNDS=${ROUNDS:-3}
 FORMATS=${FORMATS:-f16 q8_0 q4_0 q4_k w8a8 int4}
 # Emulating an AVX2-only CPU: keep oneDNN off AVX-512 / AMX as well.

@@ -57,6 +57,23 @@ TEST_CASE("bad requests are refused at submit and the engine stays usable", "[en
   REQUIRE(engine.kv().n_blocks_used() == 0);
 }
 
+TEST_CASE("continuous batching sizes prompt chunks to end steps on a row tile", "[engine]") {
+  CHECK(aligned_prompt_tokens(0, 8, 16) == 8);      // nothing decoding: the whole prompt
+  CHECK(aligned_prompt_tokens(15, 8, 16) == 1);     // 15 decoding: one row fills the tile
+  CHECK(aligned_prompt_tokens(14, 8, 16) == 2);
+  CHECK(aligned_prompt_tokens(15, 497, 16) == 497); // long prompts still go in big chunks
+  CHECK(aligned_prompt_tokens(15, 40, 16) == 33);   // 48 rows: three full tiles
+  CHECK(aligned_prompt_tokens(3, 8, 16) == 8);      // fits in the open tile
+  CHECK(aligned_prompt_tokens(16, 8, 16) == 8);     // on a boundary: a new tile, never a wait
+  CHECK(aligned_prompt_tokens(16, 20, 16) == 16);
+  CHECK(aligned_prompt_tokens(5, 0, 16) == 0);
+  CHECK(aligned_prompt_tokens(7, 30, 1) == 30);     // off
+  NEED_MODEL(model);
+  EngineParams ep;
+  ep.step_row_multiple = 0;
+  REQUIRE_THROWS_AS(Engine(*model, ep), Error);
+}
+
 TEST_CASE("impossible engine parameters are refused", "[engine]") {
   NEED_MODEL(model);
   EngineParams ep;

@@ -123,20 +123,33 @@ TEST_CASE("all references decoded concurrently give the same results", "[referen
     const char* what;
     int32_t max_batch_tokens;
     int32_t kv_blocks;  // 0: default budget
+    int32_t row_multiple;
   };
-  // Plain batching; chunked prefill (prompts split over steps); and a KV pool
-  // too small for all sequences at once, which forces preemption.
-  for (const Config& cfg : {Config{"batched", 512, 0}, Config{"chunked prefill", 3, 0}, Config{"preemption", 64, 24}}) {
+  // Plain batching; chunked prefill (prompts split over steps); prompt chunks
+  // cut to end steps on a row multiple (prompts trickle in beside decoding
+  // sequences); and a KV pool too small for all sequences at once, which
+  // forces preemption.
+  for (const Config& cfg : {Config{"batched", 512, 0, 1}, Config{"chunked prefill", 3, 0, 1},
+                            Config{"row-aligned prompt chunks", 512, 0, 4}, Config{"preemption", 64, 24, 16}}) {
     INFO(cfg.what);
     EngineParams ep;
     ep.max_batch_tokens = cfg.max_batch_tokens;
     ep.kv_blocks = cfg.kv_blocks;
+    ep.step_row_multiple = cfg.row_multiple;
     ep.block_size = 16;
     Engine engine(*model, ep);
     Engine engine_xs(*xs, ep);
     std::vector<std::shared_ptr<Request>> rs, rs_xs;
-    // Each reference twice, interleaved, so sequences share every step.
+    // Each reference twice, interleaved, so sequences share every step. With
+    // row-aligned chunks the second copies arrive while the first decode, so
+    // their prompts go in a few rows per step.
+    const bool late = cfg.row_multiple > 1 && cfg.row_multiple < 16;
     for (int copy = 0; copy < 2; ++copy) {
+      if (copy == 1 && late)
+        for (int i = 0; i < 3; ++i) {
+          engine.step();
+          engine_xs.step();
+        }
       for (const auto& ref : refs) rs.push_back(engine.submit(greedy_request(ref)));
       rs_xs.push_back(engine_xs.submit(greedy_request(xs_ref)));
     }

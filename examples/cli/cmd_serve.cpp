@@ -72,7 +72,7 @@ double percentile(std::vector<double> v, double p) {
 int cmd_bench_serve(int argc, char** argv) {
   Args a(argc, argv, 2,
          with({"-m", "--model", "--requests", "--rate", "--policy", "--prompt-len", "--output-len", "--max-seqs",
-               "--max-batch-tokens", "--seed", "-t", "--threads", "--batch-timeout-ms"},
+               "--max-batch-tokens", "--seed", "-t", "--threads", "--batch-timeout-ms", "--step-row-multiple"},
               kKvFlags),
          with({"--json"}, kKvBoolFlags));
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
@@ -95,6 +95,7 @@ int cmd_bench_serve(int argc, char** argv) {
   ep.max_seqs = static_cast<int32_t>(a.get_int("--max-seqs", "--max-seqs", 16, 1, 65536));
   ep.max_batch_tokens = static_cast<int32_t>(a.get_int("--max-batch-tokens", "--max-batch-tokens", 512, 1, 1 << 20));
   ep.batch_timeout_ms = a.get_float("--batch-timeout-ms", 50);
+  ep.step_row_multiple = static_cast<int32_t>(a.get_int("--step-row-multiple", "--step-row-multiple", 0, 0, 4096));
   if (policy == "continuous") ep.policy = INFER_POLICY_CONTINUOUS;
   else if (policy == "static") ep.policy = INFER_POLICY_STATIC;
   else if (policy == "dynamic") ep.policy = INFER_POLICY_DYNAMIC;
@@ -183,7 +184,8 @@ int cmd_bench_serve(int argc, char** argv) {
 const Register kServe{{"bench-serve",
                        "serving benchmark: -m MODEL --requests N --rate R --policy static|dynamic|continuous\n"
                        "              [--prompt-len DIST] [--output-len DIST] [--max-seqs N] [--max-batch-tokens N]\n"
-                       "              [--seed S] [--json]   (DIST: N, uniform:A:B, exp:MEAN, lognormal:MEDIAN:SIGMA)",
+                       "              [--step-row-multiple N] [--seed S] [--json]\n"
+                       "              (DIST: N, uniform:A:B, exp:MEAN, lognormal:MEDIAN:SIGMA)",
                        cmd_bench_serve}};
 
 }  // namespace

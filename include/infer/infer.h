@@ -241,6 +241,11 @@ typedef struct infer_engine_params {
                                     sequences and evicted prefix blocks */
   infer_policy policy;          /* default CONTINUOUS */
   double batch_timeout_ms;      /* dynamic batching: longest wait for a full batch, default 50 */
+  int32_t step_row_multiple;    /* continuous batching: while sequences decode, prompt chunks are
+                                   sized so that a step's rows end on a multiple of this (the CPU
+                                   kernels' row tile, whose partly filled tiles cost about as much
+                                   as full ones), trading a few steps of a short prompt's TTFT for
+                                   throughput; default 0: 16; 1: off */
 } infer_engine_params;
 
 INFER_API void infer_engine_params_init(infer_engine_params *params);

@@ -308,6 +308,7 @@ infer::EngineParams to_engine_params(const infer_engine_params* params) {
     infer::raise(infer::Status::InvalidArgument, "unknown policy %d", static_cast<int>(p.policy));
   ep.policy = static_cast<infer::SchedPolicy>(p.policy);
   ep.batch_timeout_ms = p.batch_timeout_ms;
+  if (p.step_row_multiple != 0) ep.step_row_multiple = p.step_row_multiple;
   return ep;
 }
 

@@ -29,6 +29,23 @@ void EngineParams::validate() const {
     raise(Status::InvalidArgument, "unknown scheduling policy %d", static_cast<int>(policy));
   if (!(batch_timeout_ms >= 0) || batch_timeout_ms > 3.6e6)
     raise(Status::InvalidArgument, "batch_timeout_ms must be in [0, 3600000]");
+  if (step_row_multiple < 1 || step_row_multiple > 4096)
+    raise(Status::InvalidArgument, "step_row_multiple %d is out of range [1, 4096]", step_row_multiple);
+}
+
+// Prompt tokens to schedule in a continuous-batching step that already has
+// `decode` decode rows, when `want` prompt tokens could go (already capped by
+// the token budget). A step costs about the same whether its last tile of
+// rows is full or not (cpu/: AMX tiles of 16 rows; VNNI tiles of 8), so while
+// sequences decode, prompt chunks end the step on a multiple of G rows: a
+// short prompt that would open a new, mostly empty tile instead trickles into
+// the free rows of the next few steps. With nothing decoding, or when no
+// boundary can be reached, everything wanted goes (never starves a prompt).
+int32_t aligned_prompt_tokens(int32_t decode, int32_t want, int32_t g) {
+  if (g <= 1 || decode == 0 || want == 0) return want;
+  int32_t p = (decode + want) / g * g - decode;  // end on a tile boundary
+  if (p <= 0) p = std::min(want, (decode + g - 1) / g * g - decode);  // fill the open tile
+  return p > 0 ? p : want;
 }
 
 Engine::Engine(const Model& model, const EngineParams& params)
@@ -285,6 +302,23 @@ bool Engine::schedule(std::vector<Slot>& plan) {
     const bool db = static_cast<int32_t>(b->tokens_.size()) - b->n_computed_ == 1;
     return da > db;
   });
+  if (params_.policy == SchedPolicy::Continuous && params_.step_row_multiple > 1) {
+    // Shrink the budget so the prompt chunks end the step on a row-tile boundary.
+    int32_t decode = 0, want = 0;
+    for (Request* r : order) {
+      if (r->slot_ < 0 || r->swapped_) continue;
+      const int32_t pending = static_cast<int32_t>(r->tokens_.size()) - r->n_computed_;
+      if (pending == 1) ++decode; else want += pending;
+    }
+    if (open && static_cast<int32_t>(running_.size()) < params_.max_seqs)
+      for (const auto& w : waiting_) {
+        if (want >= budget) break;
+        want += static_cast<int32_t>(w->tokens_.size()) - w->n_computed_;
+      }
+    decode = std::min(decode, budget);
+    want = std::min(want, budget - decode);
+    budget = decode + aligned_prompt_tokens(decode, want, params_.step_row_multiple);
+  }
   for (Request* r : order) {
     if (budget == 0) break;
     if (r->slot_ < 0 || r->swapped_) continue;  // preempted while making room for another

@@ -50,8 +50,13 @@ struct EngineParams {
   bool prefix_caching = true;
   SchedPolicy policy = SchedPolicy::Continuous;
   double batch_timeout_ms = 50;    // dynamic batching: the longest a request waits for a full batch
+  int32_t step_row_multiple = 16;  // continuous: prompt chunks end decoding steps on a multiple of this; 1: off
   void validate() const;
 };
+
+// Continuous batching: how many of `want` prompt tokens a step with `decode`
+// decode rows takes so that its rows end on a multiple of g (engine.cpp).
+int32_t aligned_prompt_tokens(int32_t decode, int32_t want, int32_t g);
 
 struct EngineStats {
   int32_t n_running = 0, n_waiting = 0;
