@@ -163,12 +163,14 @@ int cmd_bench_serve(int argc, char** argv) {
     std::printf("{\"policy\": \"%s\", \"requests\": %d, \"rate\": %s, \"duration_s\": %s, \"generated_tokens\": %lld, "
                 "\"generated_tokens_per_s\": %s, \"requests_per_s\": %s, \"ttft_ms_p50\": %s, \"ttft_ms_p90\": %s, "
                 "\"ttft_ms_p99\": %s, \"tpot_ms_p50\": %s, \"tpot_ms_p90\": %s, \"tpot_ms_p99\": %s, "
-                "\"e2e_ms_p50\": %s, \"e2e_ms_p99\": %s, \"preemptions\": %llu, \"errors\": %d}\n",
+                "\"e2e_ms_p50\": %s, \"e2e_ms_p99\": %s, \"preemptions\": %llu, \"steps\": %llu, "
+                "\"tokens_per_step\": %s, \"errors\": %d}\n",
                 policy.c_str(), n_requests, num(rate).c_str(), num(elapsed).c_str(), generated, num(tok_s).c_str(),
                 num(req_s).c_str(), num(percentile(ttft, 50)).c_str(), num(percentile(ttft, 90)).c_str(),
                 num(percentile(ttft, 99)).c_str(), num(percentile(tpot, 50)).c_str(), num(percentile(tpot, 90)).c_str(),
                 num(percentile(tpot, 99)).c_str(), num(percentile(e2e, 50)).c_str(), num(percentile(e2e, 99)).c_str(),
-                (unsigned long long)es.n_preemptions, errors);
+                (unsigned long long)es.n_preemptions, (unsigned long long)es.n_steps,
+                num(es.n_steps ? double(es.n_prompt_tokens + es.n_generated_tokens) / es.n_steps : 0).c_str(), errors);
   } else {
     std::printf("policy %s: %d requests at %.2f/s in %.2f s (%d errors, %llu preemptions)\n", policy.c_str(),
                 n_requests, rate, elapsed, errors, (unsigned long long)es.n_preemptions);
