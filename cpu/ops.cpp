@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
+#include "cpu/isa.h"
 #include "cpu/kernels.h"
 
 namespace infer::cpu {
@@ -113,8 +114,19 @@ const OpKernels* avx2_op_kernels() {
 #endif
 }
 
+const OpKernels& avx512_op_table();  // cpu/avx512/ops_avx512.cpp
+
+const OpKernels* avx512_op_kernels() {
+#if defined(__x86_64__) || defined(__i386__)
+  return avx2_op_kernels() && active_isa() >= Isa::Avx512 ? &avx512_op_table() : nullptr;
+#else
+  return nullptr;
+#endif
+}
+
 const OpKernels& op_kernels() {
   static const OpKernels* best = [] {
+    if (const OpKernels* k = avx512_op_kernels()) return k;
     if (const OpKernels* k = avx2_op_kernels()) return k;
     return &scalar_op_kernels();
   }();

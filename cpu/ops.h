@@ -52,5 +52,9 @@ const OpKernels& op_kernels();
 const OpKernels& scalar_op_kernels();
 // nullptr when the binary or the CPU lacks AVX2+FMA+F16C.
 const OpKernels* avx2_op_kernels();
+// nullptr unless the binary has the AVX-512 kernels and the active ISA
+// (cpu/isa.h, INFER_CPU_ISA) is AVX-512 or better. Attention only; the
+// other ops are the AVX2 ones.
+const OpKernels* avx512_op_kernels();
 
 }  // namespace infer::cpu

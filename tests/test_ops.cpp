@@ -47,6 +47,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 std::vector<const cpu::OpKernels*> all_kernels() {
   std::vector<const cpu::OpKernels*> ks{&cpu::scalar_op_kernels()};
   if (const cpu::OpKernels* k = cpu::avx2_op_kernels()) ks.push_back(k);
+  if (const cpu::OpKernels* k = cpu::avx512_op_kernels()) ks.push_back(k);
   return ks;
 }
 
@@ -255,6 +256,33 @@ TEST_CASE("op kernels: every ISA agrees with the scalar reference", "[ops]") {
       ref.attn_accum(p.data(), nq, 32, kr.data(), n, hd, oa.data(), hd);
       k->attn_accum(p.data(), nq, 32, kr.data(), n, hd, ob.data(), hd);
       REQUIRE(max_abs_diff(oa, ob) <= 1e-4f);
+    }
+  }
+}
+
+TEST_CASE("op kernels: a query's scores and sums do not depend on the other queries of a call", "[ops]") {
+  // The engine batches queries of different requests into one call (GQA
+  // groups, prefill tiles): each query's results must be bitwise those it
+  // gets alone, at any position in the call and with any key count.
+  for (const cpu::OpKernels* k : all_kernels()) {
+    INFO("isa " << k->isa);
+    for (int hd : {8, 16, 48, 64, 128}) {
+      INFO("hd " << hd);
+      for (int n : {1, 5, 8, 16, 21}) {
+        INFO("n " << n);
+        const int nq = 7;
+        const std::vector<float> q = randn(nq * hd, hd + n), kr = randn(n * hd, hd + 2 * n), p = randn(nq * 32, n);
+        std::vector<float> all(nq * 32, 0.0f), oall(nq * hd, 0.5f);
+        k->attn_scores(q.data(), nq, hd, kr.data(), n, hd, 0.125f, all.data(), 32);
+        k->attn_accum(p.data(), nq, 32, kr.data(), n, hd, oall.data(), hd);
+        for (int i = 0; i < nq; ++i) {
+          std::vector<float> one(32, 0.0f), o1(hd, 0.5f);
+          k->attn_scores(q.data() + i * hd, 1, hd, kr.data(), n, hd, 0.125f, one.data(), 32);
+          k->attn_accum(p.data() + i * 32, 1, 32, kr.data(), n, hd, o1.data(), hd);
+          REQUIRE(std::memcmp(one.data(), all.data() + i * 32, sizeof(float) * n) == 0);
+          REQUIRE(std::memcmp(o1.data(), oall.data() + i * hd, sizeof(float) * hd) == 0);
+        }
+      }
     }
   }
 }
