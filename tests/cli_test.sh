@@ -322,6 +322,15 @@ for policy in static dynamic continuous; do
   verify "bench-serve --policy $policy --json keys" keys "$OUT" generated_tokens_per_s requests_per_s \
     ttft_ms_p50 ttft_ms_p90 ttft_ms_p99 tpot_ms_p50 tpot_ms_p90 tpot_ms_p99
 done
+# --step-log: one line per engine step, its rows adding up to every token processed
+run_cli bench-serve -m "$MODEL" --requests 6 --rate 0 --prompt-len 5 --output-len 7 --max-seqs 4 -t 1 \
+  --step-log "$TMP/steps.log"
+expect_ok "bench-serve --step-log"
+rows=$(awk '/^engine step [0-9]+: [0-9]+ rows, [0-9]+ sequences, [0-9]+ attended positions, forward [0-9.]+ ms$/ {n += $4} END {print n + 0}' "$TMP/steps.log" 2>/dev/null)
+# 6 requests x (5 prompt tokens + 6 fed-back generated tokens; the last one is never fed)
+if [ "$rows" = 66 ]; then pass "bench-serve --step-log rows"; else fail "bench-serve --step-log rows" "rows $rows, expected 66"; fi
+run_cli bench-serve -m "$MODEL" --requests 2 --step-log "$TMP/no-such-dir/steps.log"
+expect_error "bench-serve --step-log to an unwritable path"
 run_cli bench-serve -m "$MODEL" --requests 4 --policy fastest
 expect_error "bench-serve with an unknown policy"
 run_cli bench-serve -m "$MODEL" --requests 4 --prompt-len lognormal:abc:1

@@ -5,6 +5,7 @@
 // percentiles, the figures users compare serving engines by.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -72,7 +73,8 @@ double percentile(std::vector<double> v, double p) {
 int cmd_bench_serve(int argc, char** argv) {
   Args a(argc, argv, 2,
          with({"-m", "--model", "--requests", "--rate", "--policy", "--prompt-len", "--output-len", "--max-seqs",
-               "--max-batch-tokens", "--seed", "-t", "--threads", "--batch-timeout-ms", "--step-row-multiple"},
+               "--max-batch-tokens", "--seed", "-t", "--threads", "--batch-timeout-ms", "--step-row-multiple",
+               "--step-log"},
               kKvFlags),
          with({"--json"}, kKvBoolFlags));
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
@@ -100,7 +102,27 @@ int cmd_bench_serve(int argc, char** argv) {
   else if (policy == "static") ep.policy = INFER_POLICY_STATIC;
   else if (policy == "dynamic") ep.policy = INFER_POLICY_DYNAMIC;
   else throw UsageError{"--policy must be static, dynamic or continuous"};
-  Engine engine(model.m, ep);
+  // --step-log FILE: the engine's per-step debug lines (rows, sequences,
+  // attended positions, forward time), for seeing where serving time goes.
+  struct StepLog {
+    FILE* f = nullptr;
+    ~StepLog() {
+      if (f) {
+        infer_set_log_callback(nullptr, nullptr, INFER_LOG_ERROR);
+        std::fclose(f);
+      }
+    }
+  } step_log;
+  Engine engine(model.m, ep);  // declared after step_log: stopped before the log closes
+  if (a.has("--step-log")) {
+    step_log.f = std::fopen(a.get("--step-log", "").c_str(), "w");
+    if (!step_log.f) throw UsageError{"--step-log: cannot open '" + a.get("--step-log", "") + "' for writing"};
+    infer_set_log_callback(
+        [](infer_log_level, const char* msg, void* f) {
+          if (std::strncmp(msg, "engine step ", 12) == 0) std::fprintf(static_cast<FILE*>(f), "%s\n", msg);
+        },
+        step_log.f, INFER_LOG_DEBUG);
+  }
 
   // The workload, drawn up front so every policy sees the same one.
   const int32_t ctx = std::min(info.n_ctx_train > 0 ? info.n_ctx_train : 2048, 4096);
@@ -186,7 +208,7 @@ int cmd_bench_serve(int argc, char** argv) {
 const Register kServe{{"bench-serve",
                        "serving benchmark: -m MODEL --requests N --rate R --policy static|dynamic|continuous\n"
                        "              [--prompt-len DIST] [--output-len DIST] [--max-seqs N] [--max-batch-tokens N]\n"
-                       "              [--step-row-multiple N] [--seed S] [--json]\n"
+                       "              [--step-row-multiple N] [--seed S] [--json] [--step-log FILE]\n"
                        "              (DIST: N, uniform:A:B, exp:MEAN, lognormal:MEDIAN:SIGMA)",
                        cmd_bench_serve}};
 

@@ -479,7 +479,15 @@ int Engine::step() {
     logits_.resize(n_rows * static_cast<size_t>(model_.config().n_vocab));
     bool ok = true;
     try {
+      const auto t0 = Clock::now();
       model_.forward(batch_, *kv_, *backend_, ws_, logits_.data());
+      if (log_enabled(LogLevel::Debug)) {  // one line per step: where serving time goes
+        int64_t positions = 0;
+        for (size_t i = 0; i < batch_.size(); ++i) positions += batch_.pos[i] + 1;
+        log(LogLevel::Debug, "engine step %llu: %zu rows, %zu sequences, %lld attended positions, forward %.2f ms",
+            static_cast<unsigned long long>(stats_.n_steps), batch_.size(), plan.size(),
+            static_cast<long long>(positions), std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
     } catch (const Error& e) {
       // A failed step fails the requests in it; the engine and others go on.
       ok = false;
