@@ -1,6 +1,11 @@
 #include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <vector>
 
 #include "engine/engine.h"
+#include "core/log.h"
 #include "engine/tools.h"
 #include "model/model.h"
 #include "test_models.h"
@@ -72,6 +77,54 @@ TEST_CASE("continuous batching sizes prompt chunks to end steps on a row tile", 
   EngineParams ep;
   ep.step_row_multiple = 0;
   REQUIRE_THROWS_AS(Engine(*model, ep), Error);
+}
+
+TEST_CASE("continuous batching: with prompts waiting, a step never ends inside a second row tile", "[engine]") {
+  // Short prompts, outputs of mixed length: sequences finish a few at a time
+  // and their slots are refilled while the others decode. Every step after
+  // the first (which has nothing decoding yet) has at most 16 rows or a
+  // multiple of 16: the prompt chunks go to the free rows of the open tile
+  // or fill whole new ones.
+  NEED_MODEL(model);
+  EngineParams ep;
+  ep.max_seqs = 16;
+  ep.n_threads = 1;
+  Engine engine(*model, ep);
+  std::mt19937 rng(5);
+  for (int i = 0; i < 96; ++i) {
+    RequestParams rp;
+    rp.prompt.push_back(1);
+    const int len = 3 + static_cast<int>(rng() % 9);
+    for (int k = 1; k < len; ++k) rp.prompt.push_back(static_cast<int32_t>(3 + rng() % 500));
+    rp.max_tokens = 2 + static_cast<int>(rng() % 40);
+    rp.ignore_eos = true;
+    rp.sampling.temperature = 0;
+    engine.submit(rp);
+  }
+  struct Steps {
+    std::mutex mu;
+    std::vector<int> rows;
+  } steps;
+  set_log_callback(
+      [](LogLevel, const char* msg, void* user) {
+        int n = 0, rows = 0;
+        if (std::sscanf(msg, "engine step %d: %d rows", &n, &rows) != 2) return;
+        auto* s = static_cast<Steps*>(user);
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->rows.push_back(rows);
+      },
+      &steps, LogLevel::Debug);
+  engine.run();
+  set_log_callback(nullptr, nullptr, LogLevel::Error);
+  REQUIRE(steps.rows.size() > 50);
+  int over_16 = 0;
+  for (size_t i = 1; i < steps.rows.size(); ++i) {
+    INFO("step " << i << ": " << steps.rows[i] << " rows");
+    CHECK((steps.rows[i] <= 16 || steps.rows[i] % 16 == 0));
+    over_16 += steps.rows[i] > 16;
+  }
+  CHECK(over_16 > 0);  // prompts did fill whole second tiles
+  REQUIRE(engine.kv().n_blocks_used() == 0);
 }
 
 TEST_CASE("impossible engine parameters are refused", "[engine]") {

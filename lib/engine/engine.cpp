@@ -310,11 +310,18 @@ bool Engine::schedule(std::vector<Slot>& plan) {
       const int32_t pending = static_cast<int32_t>(r->tokens_.size()) - r->n_computed_;
       if (pending == 1) ++decode; else want += pending;
     }
-    if (open && static_cast<int32_t>(running_.size()) < params_.max_seqs)
+    // Only the prompts that can be admitted this step: the free sequence
+    // slots bound them (counting every waiting prompt made the step end
+    // wherever the last admitted prompt did, off the tile boundary).
+    if (open) {
+      int32_t free = params_.max_seqs - static_cast<int32_t>(running_.size());
       for (const auto& w : waiting_) {
-        if (want >= budget) break;
+        const int32_t seqs = 1 + static_cast<int32_t>(w->followers_.size());
+        if (want >= budget || seqs > free) break;
+        free -= seqs;
         want += static_cast<int32_t>(w->tokens_.size()) - w->n_computed_;
       }
+    }
     decode = std::min(decode, budget);
     want = std::min(want, budget - decode);
     budget = decode + aligned_prompt_tokens(decode, want, params_.step_row_multiple);
