@@ -314,11 +314,11 @@ bool Engine::schedule(std::vector<Slot>& plan) {
     // slots bound them (counting every waiting prompt made the step end
     // wherever the last admitted prompt did, off the tile boundary).
     if (open) {
-      int32_t free = params_.max_seqs - static_cast<int32_t>(running_.size());
+      int32_t free_slots = params_.max_seqs - static_cast<int32_t>(running_.size());
       for (const auto& w : waiting_) {
         const int32_t seqs = 1 + static_cast<int32_t>(w->followers_.size());
-        if (want >= budget || seqs > free) break;
-        free -= seqs;
+        if (want >= budget || seqs > free_slots) break;
+        free_slots -= seqs;
         want += static_cast<int32_t>(w->tokens_.size()) - w->n_computed_;
       }
     }
