@@ -2,18 +2,24 @@
 # (find_package(infer) gives infer::infer and infer::infer_static) and infer.pc.
 include(CMakePackageConfigHelpers)
 
-install(TARGETS infer infer_static EXPORT inferTargets
+# Two export sets: the shared library's needs nothing, the static library's
+# needs its dependencies' development files (inferConfig.cmake checks them).
+install(TARGETS infer EXPORT inferTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS infer_static EXPORT inferStaticTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/infer/infer.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/infer)
 if(INFER_HAVE_CUDA)
-  install(TARGETS infer_cuda EXPORT inferTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(TARGETS infer_cuda EXPORT inferStaticTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
 
 install(EXPORT inferTargets NAMESPACE infer:: FILE inferTargets.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
+install(EXPORT inferStaticTargets NAMESPACE infer:: FILE inferStaticTargets.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/inferConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
@@ -22,6 +28,7 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/inferConfigVersion.
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/inferConfigVersion.cmake
+  ${CMAKE_CURRENT_SOURCE_DIR}/cmake/FindOneDNN.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
 
 # infer.pc is relocatable: the prefix is found from where the file is.
