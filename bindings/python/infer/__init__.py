@@ -1,0 +1,818 @@
+"""Python bindings for libinfer (pure ctypes; no compiler needed).
+
+    import infer
+    with infer.Model("stories260K.gguf") as model:
+        print(model.generate("Once upon a time", max_tokens=64, temperature=0))
+        for piece in model.stream("Once upon a time"):
+            print(piece, end="", flush=True)
+
+The shared library is found through $INFER_LIBRARY, the install prefix, the
+source checkout's build*/ folders, or the system's library path.
+
+Threading: a Model may be used from many threads. An Engine runs its own
+background thread (infer_engine_start); submit, stream and cancel from any
+thread. No Python code ever runs on the engine thread: streaming polls
+infer_request_next_text with a timeout (the GIL is released while waiting).
+"""
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import threading
+import time
+from ctypes import byref, c_char_p, c_int32, c_size_t, c_void_p, POINTER
+from dataclasses import dataclass, fields
+from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
+
+from . import _lib as _c
+from ._lib import LibraryNotFound, lib as _get_lib
+
+__all__ = [
+    "Model", "Engine", "Request", "InferError", "Status", "FinishReason", "KVType", "Policy",
+    "Backend", "ModelInfo", "TensorInfo", "RequestStats", "EngineStats", "ChatMessage",
+    "LibraryNotFound", "version", "version_number", "chat_templates", "library_path",
+]
+__version__ = "0.1.0"
+
+PathLike = Union[str, "os.PathLike[str]"]
+ChatMessage = Mapping[str, str]  # {"role": "user", "content": "..."}
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    ERR_IO = 1
+    ERR_FORMAT = 2
+    ERR_UNSUPPORTED = 3
+    ERR_OUT_OF_MEMORY = 4
+    ERR_INVALID_ARGUMENT = 5
+    ERR_CANCELLED = 6
+    ERR_BACKEND = 7
+    ERR_INTERNAL = 8
+    ERR_BUFFER_TOO_SMALL = 9
+    ERR_NOT_FOUND = 10
+    ERR_BUSY = 11
+
+
+class FinishReason(enum.IntEnum):
+    NONE = 0
+    STOP = 1
+    LENGTH = 2
+    CANCELLED = 3
+    ERROR = 4
+
+
+class KVType(enum.IntEnum):
+    F32 = 0
+    F16 = 1
+    INT8 = 2
+
+
+class Policy(enum.IntEnum):
+    CONTINUOUS = 0
+    STATIC = 1
+    DYNAMIC = 2
+
+
+class Backend(enum.IntEnum):
+    AUTO = 0
+    CPU = 1
+    CUDA = 2
+
+
+def _status(value: int) -> Union[Status, int]:
+    try:
+        return Status(value)
+    except ValueError:
+        return value
+
+
+class InferError(Exception):
+    """A libinfer call failed: .status (Status) and .message (infer_last_error)."""
+
+    def __init__(self, status: int, message: str, function: str = "") -> None:
+        self.status = _status(status)
+        self.message = message
+        self.function = function
+        name = self.status.name if isinstance(self.status, Status) else str(status)
+        super().__init__(f"{function + ': ' if function else ''}{name}: {message}")
+
+
+# Subclasses that also derive from the matching builtin, so `except ValueError`,
+# `except OSError` and `except MemoryError` work as Python users expect.
+class InferIOError(InferError, OSError):
+    def __init__(self, status: int, message: str, function: str = "") -> None:
+        InferError.__init__(self, status, message, function)
+
+
+class InferFormatError(InferError, ValueError):
+    pass
+
+
+class InferInvalidArgument(InferError, ValueError):
+    pass
+
+
+class InferOutOfMemory(InferError, MemoryError):
+    pass
+
+
+class InferCancelled(InferError):
+    pass
+
+
+class InferNotFound(InferError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
+
+
+class InferUnsupported(InferError, NotImplementedError):
+    pass
+
+
+_ERRORS = {
+    Status.ERR_IO: InferIOError,
+    Status.ERR_FORMAT: InferFormatError,
+    Status.ERR_INVALID_ARGUMENT: InferInvalidArgument,
+    Status.ERR_OUT_OF_MEMORY: InferOutOfMemory,
+    Status.ERR_CANCELLED: InferCancelled,
+    Status.ERR_NOT_FOUND: InferNotFound,
+    Status.ERR_UNSUPPORTED: InferUnsupported,
+}
+__all__ += [c.__name__ for c in set(_ERRORS.values())]
+
+
+def _raise(status: int, function: str = "") -> None:
+    msg = _get_lib().infer_last_error().decode("utf-8", "replace")
+    raise _ERRORS.get(status, InferError)(status, msg, function)  # type: ignore[arg-type]
+
+
+def _check(status: int, function: str = "") -> None:
+    if status != 0:
+        _raise(status, function)
+
+
+def version() -> str:
+    """Version of the loaded libinfer, "MAJOR.MINOR.PATCH"."""
+    return _get_lib().infer_version().decode()
+
+
+def version_number() -> int:
+    return int(_get_lib().infer_version_number())
+
+
+def library_path() -> str:
+    """Path of the libinfer shared library in use."""
+    return _get_lib()._infer_path  # type: ignore[attr-defined]
+
+
+def chat_templates() -> List[str]:
+    """Names of the built-in chat templates."""
+    L = _get_lib()
+    return [L.infer_chat_template_name(i).decode() for i in range(L.infer_chat_template_count())]
+
+
+def _to_bytes(text: Union[str, bytes]) -> bytes:
+    return text if isinstance(text, bytes) else text.encode("utf-8")
+
+
+def _sized_string(call: Any, function: str, initial: int = 256) -> bytes:
+    """Runs call(buf, size, needed_ptr) with the grow-and-retry convention."""
+    size = initial
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        needed = c_size_t(0)
+        st = call(buf, size, byref(needed))
+        if st == Status.ERR_BUFFER_TOO_SMALL and needed.value > size:
+            size = needed.value
+            continue
+        _check(st, function)
+        return buf.value
+
+
+# ---- stats as dataclasses ----------------------------------------------------------------
+
+def _from_struct(cls: Any, s: ctypes.Structure) -> Any:
+    kw = {}
+    for f in fields(cls):
+        v = getattr(s, f.name)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif v is None and f.type in ("str", str):
+            v = ""
+        kw[f.name] = v
+    return cls(**kw)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    architecture: str
+    name: str
+    tokenizer: str
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_rot: int
+    rope_freq_base: float
+    rms_norm_eps: float
+    n_params: int
+    n_bytes: int
+    n_tensors: int
+    bos_token: int
+    eos_token: int
+    vocab_only: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    type: str
+    shape: Tuple[int, ...]
+    n_bytes: int
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    finish_reason: FinishReason
+    status: Status
+    n_prompt_tokens: int
+    n_cached_tokens: int
+    n_generated_tokens: int
+    queue_ms: float
+    ttft_ms: float
+    tpot_ms: float
+    total_ms: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    n_preemptions: int
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    n_running: int
+    n_waiting: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    kv_block_size: int
+    kv_bytes_total: int
+    kv_bytes_used: int
+    n_steps: int
+    n_prompt_tokens: int
+    n_generated_tokens: int
+    kv_blocks_free: int
+    kv_blocks_cached: int
+    host_kv_blocks_total: int
+    host_kv_blocks_used: int
+    prefix_query_tokens: int
+    prefix_hit_tokens: int
+    n_preemptions: int
+    kv_evictions: int
+    kv_type: KVType
+    n_finished: int
+    uptime_s: float
+    generated_tokens_per_s: float
+
+
+# ---- model -----------------------------------------------------------------------------------
+
+class Model:
+    """A loaded GGUF model (immutable; safe to use from many threads).
+
+    generate/stream/chat use an engine the model creates on first use
+    (engine_params= on the constructor configures it); create Engine objects
+    for more control. close() (or `with`) frees the model once every engine
+    built on it is closed.
+    """
+
+    def __init__(self, path: PathLike, *, backend: Backend = Backend.AUTO, use_mmap: bool = True,
+                 vocab_only: bool = False, engine_params: Optional[Dict[str, Any]] = None) -> None:
+        L = _get_lib()
+        self._lib = L
+        self._handle: Optional[int] = None
+        self._users = 0
+        self._closing = False
+        self._lock = threading.Lock()
+        self._engine: Optional[Engine] = None
+        self._engine_lock = threading.Lock()
+        self._engine_params = dict(engine_params or {})
+        p = _c.ModelParams()
+        L.infer_model_params_init(byref(p))
+        p.backend = int(backend)
+        p.use_mmap = 1 if use_mmap else 0
+        p.vocab_only = 1 if vocab_only else 0
+        h = c_void_p()
+        _check(L.infer_model_load(os.fsencode(os.fspath(path)), byref(p), byref(h)),
+               "infer_model_load")
+        self._handle = h.value
+        self.path = os.fspath(path)
+
+    # lifecycle
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Frees the model (deferred until every Engine built on it is closed)."""
+        with self._engine_lock:
+            if self._engine is not None:
+                self._engine.close()
+                self._engine = None
+        with self._lock:
+            self._closing = True
+            self._free_if_unused()
+
+    def _free_if_unused(self) -> None:
+        if self._closing and self._users == 0 and self._handle is not None:
+            self._lib.infer_model_free(self._handle)
+            self._handle = None
+
+    def _acquire(self) -> int:
+        with self._lock:
+            if self._handle is None or self._closing:
+                raise InferError(Status.ERR_INVALID_ARGUMENT, "the model is closed")
+            self._users += 1
+            return self._handle
+
+    def _release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            self._free_if_unused()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise InferError(Status.ERR_INVALID_ARGUMENT, "the model is closed")
+        return self._handle
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    # information
+    @property
+    def info(self) -> ModelInfo:
+        s = _c.ModelInfoC()
+        self._lib.infer_model_info_init(byref(s))
+        _check(self._lib.infer_model_get_info(self.handle, byref(s)), "infer_model_get_info")
+        return _from_struct(ModelInfo, s)
+
+    @property
+    def n_vocab(self) -> int:
+        return self.info.n_vocab
+
+    def meta(self, key: str) -> Optional[str]:
+        """A metadata value as text, or None when the key is absent."""
+        try:
+            raw = _sized_string(lambda b, n, nd: self._lib.infer_model_meta(
+                self.handle, key.encode(), b, n, nd), "infer_model_meta")
+        except InferNotFound:
+            return None
+        return raw.decode("utf-8", "replace")
+
+    def tensors(self) -> List[TensorInfo]:
+        out = []
+        for i in range(self._lib.infer_model_tensor_count(self.handle)):
+            s = _c.TensorInfoC()
+            s.struct_size = ctypes.sizeof(s)
+            _check(self._lib.infer_model_tensor(self.handle, i, byref(s)), "infer_model_tensor")
+            out.append(TensorInfo(s.name.decode(), s.type.decode(),
+                                  tuple(s.dims[: s.n_dims]), s.n_bytes))
+        return out
+
+    # tokens
+    def tokenize(self, text: Union[str, bytes], add_bos: Optional[bool] = None,
+                 special: bool = False) -> List[int]:
+        """Token ids of text. add_bos None: as the vocabulary says."""
+        data = _to_bytes(text)
+        bos = -1 if add_bos is None else int(bool(add_bos))
+        cap = len(data) + 8
+        while True:
+            arr = (c_int32 * cap)()
+            n = c_size_t(0)
+            st = self._lib.infer_tokenize(self.handle, data, len(data), bos, int(special), arr,
+                                          cap, byref(n))
+            if st == Status.ERR_BUFFER_TOO_SMALL and n.value > cap:
+                cap = n.value
+                continue
+            _check(st, "infer_tokenize")
+            return list(arr[: n.value])
+
+    def detokenize(self, tokens: Sequence[int], render_special: bool = False) -> str:
+        arr = (c_int32 * len(tokens))(*tokens)
+        raw = _sized_string(lambda b, n, nd: self._lib.infer_detokenize(
+            self.handle, arr, len(tokens), int(render_special), b, n, nd), "infer_detokenize",
+            initial=max(64, 8 * len(tokens)))
+        return raw.decode("utf-8", "replace")
+
+    def token_piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = c_size_t(0)
+        st = self._lib.infer_token_piece(self.handle, token, buf, 256, byref(n))
+        if st == Status.ERR_BUFFER_TOO_SMALL:
+            buf = ctypes.create_string_buffer(n.value)
+            st = self._lib.infer_token_piece(self.handle, token, buf, n.value, byref(n))
+        _check(st, "infer_token_piece")
+        return buf.raw[: n.value]
+
+    def token_is_eog(self, token: int) -> bool:
+        return bool(self._lib.infer_token_is_eog(self.handle, token))
+
+    # chat
+    def chat_template(self) -> Optional[str]:
+        """The built-in template the model's chat template matches (None: none)."""
+        try:
+            return _sized_string(lambda b, n, nd: self._lib.infer_chat_template_detect(
+                self.handle, b, n, nd), "infer_chat_template_detect").decode()
+        except InferNotFound:
+            return None
+
+    def apply_chat_template(self, messages: Iterable[ChatMessage], template: Optional[str] = None,
+                            add_generation_prompt: bool = True) -> str:
+        msgs = list(messages)
+        keep = [(_to_bytes(m["role"]), _to_bytes(m["content"])) for m in msgs]
+        arr = (_c.ChatMessageC * max(1, len(keep)))()
+        for i, (r, c) in enumerate(keep):
+            arr[i].role = r
+            arr[i].content = c
+        name = template.encode() if template is not None else None
+        raw = _sized_string(lambda b, n, nd: self._lib.infer_chat_apply_template(
+            self.handle, name, arr, len(keep), int(add_generation_prompt), b, n, nd),
+            "infer_chat_apply_template", initial=1024)
+        return raw.decode("utf-8")
+
+    def chat(self, messages: Iterable[ChatMessage], template: Optional[str] = None,
+             stream: bool = False, **kw: Any) -> Union[str, Iterator[str]]:
+        """Renders the conversation with the chat template and generates the
+        assistant's reply (stopping at the template's end-of-turn texts)."""
+        prompt = self.apply_chat_template(messages, template, True)
+        name = template or self.chat_template() or ""
+        stops = list(kw.pop("stop", None) or [])
+        i = 0
+        while name:
+            s = self._lib.infer_chat_template_stop(name.encode(), i)
+            if not s:
+                break
+            stops.append(s.decode())
+            i += 1
+        kw.setdefault("add_bos", False)
+        kw.setdefault("parse_special", True)
+        if stream:
+            return self.stream(prompt, stop=stops, **kw)
+        return self.generate(prompt, stop=stops, **kw)
+
+    # generation (through the model's own engine)
+    @property
+    def engine(self) -> "Engine":
+        """The engine generate/stream/chat use (created on first use)."""
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = Engine(self, **self._engine_params)
+            return self._engine
+
+    def generate(self, prompt: Union[str, Sequence[int]], max_tokens: int = 64,
+                 temperature: float = 0.8, **kw: Any) -> str:
+        """The text generated after prompt (the prompt is not included).
+        Keywords: top_k, top_p, min_p, repeat_penalty, frequency_penalty,
+        presence_penalty, penalty_last_n, seed, stop, add_bos, parse_special,
+        ignore_eos, priority, timeout (seconds)."""
+        return self.engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, **kw)
+
+    def stream(self, prompt: Union[str, Sequence[int]], max_tokens: int = 64,
+               temperature: float = 0.8, **kw: Any) -> Iterator[str]:
+        """Yields the generated text in pieces (never a split UTF-8 sequence).
+        Closing the generator early cancels the request."""
+        return self.engine.stream(prompt, max_tokens=max_tokens, temperature=temperature, **kw)
+
+    def generate_batch(self, prompts: Sequence[Union[str, Sequence[int]]], max_tokens: int = 64,
+                       temperature: float = 0.8, **kw: Any) -> List[str]:
+        """Generates for many prompts at once (batched by the engine)."""
+        return self.engine.generate_batch(prompts, max_tokens=max_tokens, temperature=temperature,
+                                          **kw)
+
+    def __repr__(self) -> str:
+        return f"<infer.Model {self.path!r}{' closed' if self.closed else ''}>"
+
+
+# ---- engine and requests ------------------------------------------------------------------
+
+_SAMPLING_KEYS = {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "frequency_penalty",
+                  "presence_penalty", "penalty_last_n", "seed"}
+_ENGINE_KEYS = {f[0] for f in _c.EngineParams._fields_} - {"struct_size"}
+
+
+class Engine:
+    """KV cache + scheduler on a background thread; submit from any thread.
+
+    Keywords are infer_engine_params fields: n_threads, kv_budget_bytes,
+    kv_blocks, kv_block_size, kv_type, max_seqs, max_batch_tokens, n_ctx,
+    prefix_caching, host_kv_budget_bytes, policy, batch_timeout_ms,
+    step_row_multiple.
+    """
+
+    def __init__(self, model: Model, **params: Any) -> None:
+        self._handle: Optional[int] = None
+        self._model = model
+        self._lib = model._lib
+        bad = set(params) - _ENGINE_KEYS
+        if bad:
+            raise TypeError(f"unknown engine parameter(s): {', '.join(sorted(bad))}")
+        p = _c.EngineParams()
+        self._lib.infer_engine_params_init(byref(p))
+        for k, v in params.items():
+            setattr(p, k, int(v) if k != "batch_timeout_ms" else float(v))
+        mh = model._acquire()
+        h = c_void_p()
+        try:
+            _check(self._lib.infer_engine_create(mh, byref(p), byref(h)), "infer_engine_create")
+            self._handle = h.value
+            _check(self._lib.infer_engine_start(self._handle), "infer_engine_start")
+        except BaseException:
+            if self._handle is not None:
+                self._lib.infer_engine_free(self._handle)
+                self._handle = None
+            model._release()
+            raise
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stops the thread (cancelling what runs) and frees the engine.
+        Request objects stay usable (they report what they had)."""
+        h, self._handle = self._handle, None
+        if h is not None:
+            self._lib.infer_engine_free(h)
+            self._model._release()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise InferError(Status.ERR_INVALID_ARGUMENT, "the engine is closed")
+        return self._handle
+
+    @property
+    def model(self) -> Model:
+        return self._model
+
+    @property
+    def stats(self) -> EngineStats:
+        s = _c.EngineStatsC()
+        self._lib.infer_engine_stats_init(byref(s))
+        _check(self._lib.infer_engine_get_stats(self.handle, byref(s)), "infer_engine_get_stats")
+        st = _from_struct(EngineStats, s)
+        return st.__class__(**{**st.__dict__, "kv_type": KVType(st.kv_type)})
+
+    def wait_idle(self) -> None:
+        _check(self._lib.infer_engine_wait_idle(self.handle), "infer_engine_wait_idle")
+
+    def _params(self, prompt: Union[str, bytes, Sequence[int]], max_tokens: int,
+                kw: Dict[str, Any]) -> Tuple[_c.RequestParams, List[Any]]:
+        keep: List[Any] = []
+        sp = _c.SamplingParams()
+        self._lib.infer_sampling_params_init(byref(sp))
+        rp = _c.RequestParams()
+        self._lib.infer_request_params_init(byref(rp))
+        for k in list(kw):
+            if k in _SAMPLING_KEYS:
+                setattr(sp, k, kw.pop(k))
+        bias = kw.pop("logit_bias", None)
+        if bias:
+            toks = (c_int32 * len(bias))(*bias.keys())
+            vals = (ctypes.c_float * len(bias))(*bias.values())
+            keep += [toks, vals]
+            sp.logit_bias_tokens = toks
+            sp.logit_bias_values = vals
+            sp.n_logit_bias = len(bias)
+        keep.append(sp)
+        rp.sampling = ctypes.pointer(sp)
+        if isinstance(prompt, (str, bytes)):
+            data = _to_bytes(prompt)
+            keep.append(data)
+            rp.prompt = data
+            rp.prompt_len = len(data)
+        else:
+            toks = (c_int32 * len(prompt))(*prompt)
+            keep.append(toks)
+            rp.prompt_tokens = toks
+            rp.n_prompt_tokens = len(prompt)
+        rp.max_tokens = int(max_tokens)
+        stop = kw.pop("stop", None)
+        if stop:
+            if isinstance(stop, (str, bytes)):
+                stop = [stop]
+            arr = (c_char_p * len(stop))(*[_to_bytes(s) for s in stop])
+            keep.append(arr)
+            rp.stop = arr
+            rp.n_stop = len(stop)
+        add_bos = kw.pop("add_bos", None)
+        rp.add_bos = -1 if add_bos is None else int(bool(add_bos))
+        for k in ("parse_special", "ignore_eos", "no_prefix_cache", "cache_salt", "priority"):
+            if k in kw:
+                setattr(rp, k, int(kw.pop(k)))
+        if kw:
+            raise TypeError(f"unknown generation parameter(s): {', '.join(sorted(kw))}")
+        return rp, keep
+
+    def submit(self, prompt: Union[str, bytes, Sequence[int]], max_tokens: int = 64,
+               **kw: Any) -> "Request":
+        """Queues a request (text or token ids) and returns its handle at once."""
+        rp, keep = self._params(prompt, max_tokens, dict(kw))
+        h = c_void_p()
+        _check(self._lib.infer_submit(self.handle, byref(rp), byref(h)), "infer_submit")
+        return Request(self, h.value, keep)
+
+    def submit_n(self, prompt: Union[str, bytes, Sequence[int]], n: int, max_tokens: int = 64,
+                 **kw: Any) -> List["Request"]:
+        """n samples of one prompt sharing its KV blocks (sample i uses seed + i)."""
+        rp, keep = self._params(prompt, max_tokens, dict(kw))
+        hs = (c_void_p * n)()
+        _check(self._lib.infer_submit_n(self.handle, byref(rp), n, hs), "infer_submit_n")
+        return [Request(self, hs[i], keep) for i in range(n)]
+
+    def generate(self, prompt: Union[str, bytes, Sequence[int]], max_tokens: int = 64,
+                 temperature: float = 0.8, timeout: Optional[float] = None, **kw: Any) -> str:
+        with self.submit(prompt, max_tokens, temperature=temperature, **kw) as req:
+            return req.result(timeout)
+
+    def stream(self, prompt: Union[str, bytes, Sequence[int]], max_tokens: int = 64,
+               temperature: float = 0.8, timeout: Optional[float] = None,
+               **kw: Any) -> Iterator[str]:
+        req = self.submit(prompt, max_tokens, temperature=temperature, **kw)
+        return req._stream_and_close(timeout)
+
+    def generate_batch(self, prompts: Sequence[Union[str, bytes, Sequence[int]]],
+                       max_tokens: int = 64, temperature: float = 0.8,
+                       timeout: Optional[float] = None, **kw: Any) -> List[str]:
+        reqs: List[Request] = []
+        try:
+            for p in prompts:
+                reqs.append(self.submit(p, max_tokens, temperature=temperature, **dict(kw)))
+            return [r.result(timeout) for r in reqs]
+        finally:
+            for r in reqs:
+                r.close()
+
+
+class Request:
+    """One generation. Iterate it (or call stream()) for text pieces as they are
+    produced; result() waits for the whole text. close() frees the handle
+    (cancelling an unfinished request); `with` does it too."""
+
+    _POLL_MS = 100  # stream() wakes this often, so Ctrl-C and timeouts work
+
+    def __init__(self, engine: Engine, handle: int, keep: List[Any]) -> None:
+        self._engine = engine
+        self._lib = engine._lib
+        self._handle: Optional[int] = handle
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._buf = ctypes.create_string_buffer(4096)
+        self._streamed: List[str] = []
+
+    def __enter__(self) -> "Request":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            h, self._handle = self._handle, None
+        if h is not None:
+            self._lib.infer_request_free(h)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise InferError(Status.ERR_INVALID_ARGUMENT, "the request is closed")
+        return self._handle
+
+    def cancel(self) -> None:
+        """Asks the request to stop (safe from any thread)."""
+        h = self._handle
+        if h is not None:
+            _check(self._lib.infer_request_cancel(h), "infer_request_cancel")
+
+    @property
+    def stats(self) -> RequestStats:
+        s = _c.RequestStatsC()
+        self._lib.infer_request_stats_init(byref(s))
+        _check(self._lib.infer_request_get_stats(self.handle, byref(s)), "infer_request_get_stats")
+        st = _from_struct(RequestStats, s)
+        return RequestStats(**{**st.__dict__, "finish_reason": FinishReason(st.finish_reason),
+                               "status": _status(st.status)})
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        return self.stats.finish_reason
+
+    @property
+    def text(self) -> str:
+        """The text generated so far."""
+        raw = _sized_string(lambda b, n, nd: self._lib.infer_request_text(self.handle, b, n, nd),
+                            "infer_request_text", initial=1024)
+        return raw.decode("utf-8", "replace")
+
+    def next_text(self, timeout: Optional[float] = None) -> Tuple[str, bool]:
+        """Waits up to timeout seconds (None: no limit) for new text.
+        Returns (text, finished); text is "" on a timeout."""
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        n = c_size_t(0)
+        fin = c_int32(0)
+        _check(self._lib.infer_request_next_text(self.handle, ms, self._buf, len(self._buf),
+                                                 byref(n), byref(fin)), "infer_request_next_text")
+        return self._buf.raw[: n.value].decode("utf-8"), bool(fin.value)
+
+    def next_tokens(self, timeout: Optional[float] = None, capacity: int = 256
+                    ) -> Tuple[List[int], bool]:
+        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        arr = (c_int32 * capacity)()
+        n = c_size_t(0)
+        fin = c_int32(0)
+        _check(self._lib.infer_request_next_tokens(self.handle, ms, arr, capacity, byref(n),
+                                                   byref(fin)), "infer_request_next_tokens")
+        return list(arr[: n.value]), bool(fin.value)
+
+    def stream(self, timeout: Optional[float] = None) -> Iterator[str]:
+        """Yields text pieces until the request finishes. timeout: seconds for
+        the whole request (TimeoutError and cancellation when exceeded).
+        Raises InferError when the request finished with an error."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = self._POLL_MS / 1000
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.cancel()
+                    raise TimeoutError(f"request not finished after {timeout} s")
+                wait = min(wait, left)
+            piece, finished = self.next_text(wait)
+            if piece:
+                yield piece
+            if finished:
+                break
+        self._raise_if_failed()
+
+    __iter__ = stream
+
+    def _stream_and_close(self, timeout: Optional[float]) -> Iterator[str]:
+        try:
+            yield from self.stream(timeout)
+        finally:
+            self.close()  # an early exit (break, GeneratorExit) cancels the request
+
+    def _raise_if_failed(self) -> None:
+        st = self.stats
+        if st.finish_reason == FinishReason.ERROR:
+            msg = (self._lib.infer_request_error(self.handle) or b"").decode("utf-8", "replace")
+            raise _ERRORS.get(st.status, InferError)(int(st.status), msg, "request")
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the request finished; False on a timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = self._POLL_MS / 1000
+            if deadline is not None:
+                wait = min(wait, max(0.0, deadline - time.monotonic()))
+            _, finished = self.next_tokens(wait, capacity=1024)
+            if finished:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def result(self, timeout: Optional[float] = None) -> str:
+        """The whole generated text (raises InferError if the request failed,
+        TimeoutError, after cancelling it, if timeout seconds pass)."""
+        if not self.wait(timeout):
+            self.cancel()
+            raise TimeoutError(f"request not finished after {timeout} s")
+        self._raise_if_failed()
+        return self.text
