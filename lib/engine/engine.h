@@ -1,16 +1,15 @@
-// The engine: owns a paged KV cache, a thread pool and a backend, and turns
-// queued requests into batches, one forward step at a time.
+// The engine: owns a paged KV cache, a thread pool, a backend and a
+// scheduler, and turns queued requests into batches, one step at a time.
 //
-// Each step: drop cancelled requests; give every running sequence its next
-// tokens under the token budget (decode tokens first, then prompt chunks,
-// i.e. chunked prefill); admit waiting requests while sequences and blocks
-// allow, starting each after the longest cached prefix of its prompt; run
-// one forward over the whole batch; sample where a sequence has consumed all
-// its known tokens; register newly filled blocks in the prefix cache. When
-// the KV pool runs dry the most recently admitted sequence is preempted: its
-// blocks move to the host tier when there is one, else they are freed and
-// recomputed later (cheaply, through the prefix cache); either way it
-// continues exactly where it was.
+// A step reads as plan -> forward -> post-process:
+//   plan         the scheduler picks the rows of this step (engine/scheduler.h),
+//   forward      the model computes them over the paged KV cache,
+//   post-process logits rows are stored, the next token of every sequence
+//                that consumed all its known tokens is sampled and appended
+//                (stop strings, streaming, finishing), followers of n > 1
+//                families fork, and new full blocks join the prefix cache.
+// A failure inside the forward pass (including an allocation failure) fails
+// the requests of that step alone; the engine and every other request go on.
 #pragma once
 
 #include <cstdint>
@@ -18,24 +17,18 @@
 #include <deque>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/backend.h"
 #include "core/threadpool.h"
 #include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 
 namespace infer {
-
-// How waiting requests join the running batch.
-//  Continuous: at every step, as soon as a sequence slot and blocks are free
-//              (iteration-level scheduling).
-//  Static:     a batch of up to max_seqs starts when the engine is idle and
-//              runs to completion before the next one is formed.
-//  Dynamic:    like static, but a batch starts only once max_seqs requests
-//              wait or the oldest has waited batch_timeout_ms.
-enum class SchedPolicy : int { Continuous = 0, Static = 1, Dynamic = 2 };
 
 struct EngineParams {
   int32_t n_threads = 0;           // 0: all cores
@@ -53,10 +46,6 @@ struct EngineParams {
   int32_t step_row_multiple = 16;  // continuous: prompt chunks end decoding steps on a multiple of this; 1: off
   void validate() const;
 };
-
-// Continuous batching: how many of `want` prompt tokens a step with `decode`
-// decode rows takes so that its rows end on a multiple of g (engine.cpp).
-int32_t aligned_prompt_tokens(int32_t decode, int32_t want, int32_t g);
 
 struct EngineStats {
   int32_t n_running = 0, n_waiting = 0;
@@ -99,45 +88,34 @@ class Engine {
   // size" deployments are sized by.
   int32_t max_concurrency(int32_t prompt_len, int32_t output_len) const;
 
+ // Dynamic batching: when the waiting batch starts even if not full
+  // (nullopt: nothing waits for a deadline). Stepping thread only.
+  std::optional<Clock::time_point> admission_deadline() const { return sched_.admission_deadline(); }
+
  private:
-  struct Slot;  // a sequence scheduled in the current step
-  std::shared_ptr<Request> make_request(RequestParams& p);
-  bool schedule(std::vector<Slot>& plan);
-  bool admit(const std::shared_ptr<Request>& r, int32_t budget, std::vector<Slot>& plan, int32_t& used);
-  bool make_room(Request& r, int32_t begin, int32_t end);
-  void preempt(Request& r);
-  void release(Request& r);
-  void drop_finished();
-  void release_followers(Request& leader);
-  void fork_followers(Request& leader, const float* logits);
-  void process_logits(const std::vector<Slot>& plan);
-  void sample_next(Request& r, const float* logits);
-  bool caches_prefix(const Request& r) const;
-  void enqueue(const std::shared_ptr<Request>& r);
-  bool admission_open() const;
+  std::shared_ptr<Sequence> make_sequence(RequestParams& p);
+  void take_inbox();
+  bool forward(const StepPlan& plan);
+  void postprocess(const StepPlan& plan);
+  void sample_next(Sequence& s, const float* logits);
   void publish_stats();
 
   const Model& model_;
   EngineParams params_;
   int32_t n_ctx_;
-  int32_t window_;  // sliding window of the model (0: none)
   ThreadPool pool_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
+  Scheduler sched_;
   Workspace ws_;
-  Batch batch_;
   std::vector<float> logits_;
-
-  std::deque<std::shared_ptr<Request>> waiting_;  // by priority, then arrival
-  std::vector<std::shared_ptr<Request>> running_;
-  uint64_t admit_counter_ = 0;
   EngineStats stats_;
   Clock::time_point created_;
 
   // Submissions from any thread land here; the stepping thread moves them to
-  // waiting_ at the start of each step.
+  // the scheduler at the start of each step.
   mutable std::mutex inbox_mu_;
-  std::vector<std::shared_ptr<Request>> inbox_;
+  std::vector<std::shared_ptr<Sequence>> inbox_;
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex stats_mu_;
   EngineStats published_;

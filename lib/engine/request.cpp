@@ -1,12 +1,14 @@
 #include "engine/request.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace infer {
 
-Request::Request(uint64_t id, RequestParams params, const Tokenizer& tok, int32_t n_vocab)
+Request::Request(uint64_t id, RequestParams params, const Tokenizer& tok)
     : id_(id),
       params_(std::move(params)),
       tok_(tok),
-      sampler_(params_.sampling, n_vocab),
       // A prompt that is only BOS (or empty text) starts the text: its first
       // generated piece loses the SPM leading space like any decoded text.
       decoder_(tok, /*at_text_start=*/true) {
@@ -44,6 +46,38 @@ std::string Request::flush_text() {
   held_.clear();
   text_ += rest;
   return rest;
+}
+
+void Request::add_logits_row(const float* row, int32_t n_vocab) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t off = logits_.size();
+  logits_.insert(logits_.end(), row, row + n_vocab);
+  if (params_.logits & kLogitsLogprobs) {
+    float* d = logits_.data() + off;
+    const float mx = *std::max_element(d, d + n_vocab);
+    double sum = 0;
+    for (int32_t j = 0; j < n_vocab; ++j) sum += std::exp(static_cast<double>(d[j] - mx));
+    const float lse = mx + static_cast<float>(std::log(sum));
+    for (int32_t j = 0; j < n_vocab; ++j) d[j] -= lse;
+  }
+  ++n_logit_rows_;
+}
+
+void Request::copy_prompt_outputs(const Request& leader) {
+  std::lock_guard<std::mutex> lock(mu_);
+  logits_ = leader.logits_;
+  n_logit_rows_ = leader.n_logit_rows_;
+  n_cached_ = leader.n_cached_;
+  times_.scheduled = true;
+  times_.first_scheduled = leader.times_.first_scheduled;
+}
+
+void Request::mark_scheduled(int32_t n_cached) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (times_.scheduled) return;
+  times_.scheduled = true;
+  times_.first_scheduled = Clock::now();
+  n_cached_ = n_cached;
 }
 
 bool Request::accept_token(int32_t token, bool is_eog, bool at_length_limit) {

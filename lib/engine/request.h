@@ -49,14 +49,20 @@ struct RequestTimes {
   bool scheduled = false;
 };
 
+// One request's parameters and output: the generated tokens and text, the
+// logits rows it asked for, its timings and how it finished. The engine's
+// stepping thread is the only writer (through the "engine side" members
+// below); any thread may read under mutex(). The scheduling state of the
+// sequence that computes it (KV slot, computed count, sampler) is not here:
+// it is the engine's own (engine/sequence.h).
 class Request {
  public:
-  Request(uint64_t id, RequestParams params, const Tokenizer& tok, int32_t n_vocab);
+  Request(uint64_t id, RequestParams params, const Tokenizer& tok);
 
   uint64_t id() const { return id_; }
   const RequestParams& params() const { return params_; }
 
-  // State read by the C API.
+  // ---- read side (any thread, under mutex() while the engine may run) ----
   FinishReason finish_reason() const { return finish_; }
   bool finished() const { return finish_ != FinishReason::None; }
   Status status() const { return status_; }
@@ -71,52 +77,48 @@ class Request {
   int32_t n_cached() const { return n_cached_; }
   int32_t n_preemptions() const { return n_preemptions_; }
   void request_cancel() { cancel_.store(true, std::memory_order_relaxed); }
-  // State shared with other threads (a background engine thread writes it):
-  // readers outside the engine thread hold mutex() while they look.
+  bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
   std::mutex& mutex() const { return mu_; }
   // Waits until more than `seen` tokens were generated or the request
   // finished, at most timeout_ms (< 0: no limit). Takes the lock itself.
   void wait_for(size_t seen, int32_t timeout_ms) const;
   // Replaces the token callback (before the request starts).
   void set_callback(TokenCallback cb) { params_.on_token = std::move(cb); }
-  bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
 
- private:
-  friend class Engine;
-
+  // ---- engine side (the stepping thread only) ----
+  // Prompt and generated tokens (the engine reads them without the lock: it
+  // is the only writer).
+  const std::vector<int32_t>& tokens() const { return tokens_; }
   // Appends a sampled token, releases its text through the callback and
   // finishes the request when a stop condition holds. Returns true if the
   // request finished.
   bool accept_token(int32_t token, bool is_eog, bool at_length_limit);
+  // Ends the request (the first call wins) and wakes its readers.
   void finish(FinishReason reason, Status status = Status::Ok, std::string message = {});
+  // Stores one logits row (as log-probabilities when asked for).
+  void add_logits_row(const float* row, int32_t n_vocab);
+  // A follower of an n > 1 family starts from its leader's prompt rows.
+  void copy_prompt_outputs(const Request& leader);
+  void mark_scheduled(int32_t n_cached);
+  void note_preemption() { ++n_preemptions_; }
+
+ private:
   // Emits held-back text (end of the request).
   std::string flush_text();
 
   uint64_t id_;
   RequestParams params_;
   const Tokenizer& tok_;
-  Sampler sampler_;
   StreamDecoder decoder_;
 
   std::vector<int32_t> tokens_;  // prompt, then generated tokens
   int32_t n_prompt_ = 0;
-  int32_t n_computed_ = 0;       // leading tokens whose K/V are in the cache
-  int32_t slot_ = -1;            // KV sequence slot while running
-  uint64_t admit_order_ = 0;     // for preemption: latest admitted goes first
-  int32_t next_logit_pos_ = 0;   // first position whose logits row is not stored yet
-
   std::string text_;             // released text
   std::string held_;             // decoded but held back (possible stop-string start)
   std::vector<float> logits_;
   int64_t n_logit_rows_ = 0;
-  std::vector<float> scratch_;   // logits copy for the sampler
-
   int32_t n_cached_ = 0;         // prompt tokens found in the prefix cache (first admission)
-  bool swapped_ = false;         // preempted to the host tier: slot kept, blocks on the host
-  // n > 1 samples of one prompt: the leader computes the prompt, then each
-  // follower forks its KV (sharing every block) and samples on its own.
-  std::vector<std::shared_ptr<Request>> followers_;
-  bool is_follower_ = false;
+  int32_t n_preemptions_ = 0;
 
   FinishReason finish_ = FinishReason::None;
   Status status_ = Status::Ok;
@@ -125,7 +127,6 @@ class Request {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   RequestTimes times_;
-  int32_t n_preemptions_ = 0;
 };
 
 }  // namespace infer

@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include "core/fault.h"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -167,8 +169,9 @@ int KvCache::allocate() {
 }
 
 void KvCache::release(int b) {
+  if (b < 0 || b >= layout_.n_blocks || blocks_[b].refs <= 0)
+    raise(Status::Internal, "release of block %d that is not in use", b);
   Block& k = blocks_[b];
-  if (b < 0 || b >= layout_.n_blocks || k.refs <= 0) raise(Status::Internal, "release of block %d that is not in use", b);
   if (--k.refs > 0) return;
   // Cached blocks wait at the back (evicted last, least recently used
   // first); blocks holding nothing reusable go to the front.
@@ -225,6 +228,9 @@ int KvCache::add_sequence() {
     slot = free_slots_.back();
     free_slots_.pop_back();
   } else {
+    fault::point("kv.add_sequence");
+    // remove_sequence must never allocate: room for every slot's return.
+    free_slots_.reserve(seqs_.size() + 1);
     slot = static_cast<int>(seqs_.size());
     seqs_.emplace_back();
   }
@@ -251,12 +257,16 @@ void KvCache::remove_sequence(int slot) {
 
 int KvCache::fork(int slot) {
   if (!has_sequence(slot) || seqs_[slot].swapped) raise(Status::Internal, "fork of unknown or swapped sequence %d", slot);
+  // Copies first: a failed allocation leaves everything as it was.
+  fault::point("kv.fork");
+  std::vector<int32_t> blocks = seqs_[slot].blocks;
+  std::vector<Hash> hashes = seqs_[slot].hashes;
   const int child = add_sequence();
   Seq& c = seqs_[child];
   const Seq& p = seqs_[slot];
-  c.blocks = p.blocks;
+  c.blocks = std::move(blocks);
   c.n_committed = p.n_committed;
-  c.hashes = p.hashes;
+  c.hashes = std::move(hashes);
   for (int32_t b : c.blocks)
     if (b >= 0) ++blocks_[b].refs;
   return child;
@@ -270,6 +280,10 @@ bool KvCache::reserve(int slot, int n_tokens) {
   if (!has_sequence(slot) || seqs_[slot].swapped) raise(Status::Internal, "reserve on unknown or swapped sequence %d", slot);
   const int need = blocks_needed(slot, n_tokens);
   if (need > n_free_) return false;
+  // Grow the table before taking blocks: an allocation failure (thrown
+  // here) leaves the pool and the sequence as they were.
+  fault::point("kv.reserve");
+  seqs_[slot].blocks.reserve(seqs_[slot].blocks.size() + need);
   for (int i = 0; i < need; ++i) seqs_[slot].blocks.push_back(allocate());
   return true;
 }
