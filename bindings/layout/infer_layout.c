@@ -1,5 +1,5 @@
-/* Prints the C compiler's layout of every struct the language bindings
- * mirror: "STRUCT sizeof N" then "STRUCT.FIELD OFFSET" lines, and the size of
+/* Prints the C compiler's layout of every struct of infer.h (the
+ * language bindings mirror them): "STRUCT sizeof N" then "STRUCT.FIELD OFFSET" lines, and the size of
  * every enum. The Python, Rust and Go tests compare their mirrors with it.
  * Regenerate the field list when infer.h gains a field (and add the field to
  * each binding). */
@@ -134,6 +134,71 @@ int main(void) {
   S(infer_chat_message);
   F(infer_chat_message, role);
   F(infer_chat_message, content);
+  S(infer_quantize_params);
+  F(infer_quantize_params, struct_size);
+  F(infer_quantize_params, type);
+  F(infer_quantize_params, group_size);
+  F(infer_quantize_params, method);
+  F(infer_quantize_params, calib_text);
+  F(infer_quantize_params, n_threads);
+  F(infer_quantize_params, calib_ctx);
+  F(infer_quantize_params, max_calib_tokens);
+  F(infer_quantize_params, gptq_damp);
+  F(infer_quantize_params, act_order);
+  F(infer_quantize_params, progress);
+  F(infer_quantize_params, progress_user);
+  F(infer_quantize_params, note);
+  F(infer_quantize_params, note_user);
+  S(infer_quantize_result);
+  F(infer_quantize_result, struct_size);
+  F(infer_quantize_result, n_tensors);
+  F(infer_quantize_result, n_quantized);
+  F(infer_quantize_result, n_fallback);
+  F(infer_quantize_result, bytes_in);
+  F(infer_quantize_result, bytes_out);
+  S(infer_synth_params);
+  F(infer_synth_params, struct_size);
+  F(infer_synth_params, preset);
+  F(infer_synth_params, type);
+  F(infer_synth_params, group_size);
+  F(infer_synth_params, seed);
+  F(infer_synth_params, n_threads);
+  F(infer_synth_params, progress);
+  F(infer_synth_params, progress_user);
+  F(infer_synth_params, note);
+  F(infer_synth_params, note_user);
+  S(infer_perplexity_result);
+  F(infer_perplexity_result, struct_size);
+  F(infer_perplexity_result, perplexity);
+  F(infer_perplexity_result, nll);
+  F(infer_perplexity_result, n_tokens);
+  F(infer_perplexity_result, n_chunks);
+  F(infer_perplexity_result, kl_divergence);
+  F(infer_perplexity_result, top1_agreement);
+  F(infer_perplexity_result, base_perplexity);
+  S(infer_perplexity_params);
+  F(infer_perplexity_params, struct_size);
+  F(infer_perplexity_params, n_ctx);
+  F(infer_perplexity_params, n_threads);
+  F(infer_perplexity_params, base);
+  S(infer_bench_params);
+  F(infer_bench_params, struct_size);
+  F(infer_bench_params, n_prompt);
+  F(infer_bench_params, n_gen);
+  F(infer_bench_params, n_threads);
+  F(infer_bench_params, repetitions);
+  F(infer_bench_params, batch);
+  F(infer_bench_params, engine);
+  S(infer_bench_result);
+  F(infer_bench_result, struct_size);
+  F(infer_bench_result, n_prompt);
+  F(infer_bench_result, n_gen);
+  F(infer_bench_result, n_threads);
+  F(infer_bench_result, batch);
+  F(infer_bench_result, prefill_ms);
+  F(infer_bench_result, decode_ms);
+  F(infer_bench_result, prefill_tokens_per_s);
+  F(infer_bench_result, decode_tokens_per_s);
   E(infer_status);
   E(infer_log_level);
   E(infer_backend);
