@@ -1,0 +1,3 @@
+module libinfer/infer
+
+go 1.19

@@ -1,0 +1,952 @@
+// Package infer is the Go binding of libinfer (cgo over include/infer/infer.h).
+//
+//	model, err := infer.Load("stories260K.gguf")
+//	defer model.Close()
+//	engine, err := infer.NewEngine(model, nil)
+//	defer engine.Close()
+//	req, err := engine.Submit("Once upon a time", infer.GenerateParams{MaxTokens: 64})
+//	defer req.Close()
+//	for piece := range req.Stream(ctx) { fmt.Print(piece.Text) }
+//
+// Linking: set CGO_LDFLAGS="-L$DIR -Wl,-rpath,$DIR" where $DIR holds
+// libinfer.so (a build tree or PREFIX/lib), or install libinfer where the
+// linker and the loader look; CGO_CFLAGS="-I$PREFIX/include" for an installed
+// header (the source tree's include/ is found by itself).
+//
+// Thread safety follows infer.h. A Model may be used from many goroutines.
+// An Engine runs libinfer's background thread, so Submit, Cancel, Stats and
+// reading requests work from any goroutine. No Go code runs on the engine's
+// thread: streaming polls infer_request_next_text with a timeout, and a
+// cancelled context.Context calls infer_request_cancel. Close frees handles;
+// finalizers free what was forgotten (do not rely on them).
+package infer
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo LDFLAGS: -linfer
+#include <infer/infer.h>
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// VersionNumber is the infer.h version these bindings were written for.
+const VersionNumber = int(C.INFER_VERSION_NUMBER)
+
+// Status is an infer_status code.
+type Status int
+
+const (
+	StatusOK              Status = C.INFER_OK
+	StatusIO              Status = C.INFER_ERR_IO
+	StatusFormat          Status = C.INFER_ERR_FORMAT
+	StatusUnsupported     Status = C.INFER_ERR_UNSUPPORTED
+	StatusOutOfMemory     Status = C.INFER_ERR_OUT_OF_MEMORY
+	StatusInvalidArgument Status = C.INFER_ERR_INVALID_ARGUMENT
+	StatusCancelled       Status = C.INFER_ERR_CANCELLED
+	StatusBackend         Status = C.INFER_ERR_BACKEND
+	StatusInternal        Status = C.INFER_ERR_INTERNAL
+	StatusBufferTooSmall  Status = C.INFER_ERR_BUFFER_TOO_SMALL
+	StatusNotFound        Status = C.INFER_ERR_NOT_FOUND
+	StatusBusy            Status = C.INFER_ERR_BUSY
+)
+
+func (s Status) String() string {
+	return C.GoString(C.infer_status_string(C.infer_status(s)))
+}
+
+// Error is a failed libinfer call: its status and infer_last_error().
+type Error struct {
+	Op      string // the C function
+	Status  Status
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %s: %s", e.Op, e.Status, e.Message)
+}
+
+// Is makes errors.Is(err, infer.ErrIO) (etc.) match by status.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Op == "" && t.Message == "" && t.Status == e.Status
+}
+
+// Sentinels for errors.Is.
+var (
+	ErrIO              = &Error{Status: StatusIO}
+	ErrFormat          = &Error{Status: StatusFormat}
+	ErrUnsupported     = &Error{Status: StatusUnsupported}
+	ErrOutOfMemory     = &Error{Status: StatusOutOfMemory}
+	ErrInvalidArgument = &Error{Status: StatusInvalidArgument}
+	ErrCancelled       = &Error{Status: StatusCancelled}
+	ErrNotFound        = &Error{Status: StatusNotFound}
+	ErrBusy            = &Error{Status: StatusBusy}
+	// ErrClosed is returned for calls on a closed handle.
+	ErrClosed = errors.New("infer: handle is closed")
+)
+
+// check must run on the goroutine's locked OS thread (infer_last_error is
+// per thread): callers use call() which locks.
+func check(op string, st C.infer_status) error {
+	if st == C.INFER_OK {
+		return nil
+	}
+	return &Error{Op: op, Status: Status(st), Message: C.GoString(C.infer_last_error())}
+}
+
+// call runs f on a locked OS thread so infer_last_error() belongs to it.
+func call(op string, f func() C.infer_status) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return check(op, f())
+}
+
+// Version is infer_version() of the linked library.
+func Version() string { return C.GoString(C.infer_version()) }
+
+// LinkedVersionNumber is infer_version_number() of the linked library.
+func LinkedVersionNumber() int { return int(C.infer_version_number()) }
+
+// CheckVersion fails when the linked library has another major version or is
+// older than these bindings. Load calls it.
+func CheckVersion() error {
+	v := LinkedVersionNumber()
+	if v/10000 != VersionNumber/10000 || v < VersionNumber {
+		return &Error{Op: "infer_version_number", Status: StatusUnsupported,
+			Message: fmt.Sprintf("libinfer %s is linked; these bindings need %d.x >= %d", Version(),
+				VersionNumber/10000, VersionNumber)}
+	}
+	return nil
+}
+
+// ChatTemplates lists the built-in chat templates.
+func ChatTemplates() []string {
+	n := int(C.infer_chat_template_count())
+	out := make([]string, n)
+	for i := range out {
+		out[i] = C.GoString(C.infer_chat_template_name(C.int32_t(i)))
+	}
+	return out
+}
+
+// sizedString runs the grow-and-retry convention of string outputs.
+func sizedString(op string, f func(buf *C.char, size C.size_t, needed *C.size_t) C.infer_status) (string, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	size := C.size_t(256)
+	for {
+		buf := (*C.char)(C.malloc(size))
+		var needed C.size_t
+		st := f(buf, size, &needed)
+		if st == C.INFER_ERR_BUFFER_TOO_SMALL && needed > size {
+			C.free(unsafe.Pointer(buf))
+			size = needed
+			continue
+		}
+		if err := check(op, st); err != nil {
+			C.free(unsafe.Pointer(buf))
+			return "", err
+		}
+		s := C.GoString(buf)
+		C.free(unsafe.Pointer(buf))
+		return s, nil
+	}
+}
+
+// ---- models ------------------------------------------------------------------
+
+// Model is a loaded GGUF model, safe for concurrent use.
+type Model struct {
+	mu      sync.Mutex
+	ptr     *C.infer_model
+	engines int
+	closing bool
+}
+
+// ModelOptions configures Load (nil: defaults).
+type ModelOptions struct {
+	NoMmap    bool
+	VocabOnly bool
+}
+
+// Load loads a GGUF model.
+func Load(path string) (*Model, error) { return LoadWith(path, nil) }
+
+// LoadWith loads a GGUF model with options.
+func LoadWith(path string, opts *ModelOptions) (*Model, error) {
+	if err := CheckVersion(); err != nil {
+		return nil, err
+	}
+	var p C.infer_model_params
+	C.infer_model_params_init(&p)
+	if opts != nil {
+		if opts.NoMmap {
+			p.use_mmap = 0
+		}
+		if opts.VocabOnly {
+			p.vocab_only = 1
+		}
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var out *C.infer_model
+	if err := call("infer_model_load", func() C.infer_status { return C.infer_model_load(cpath, &p, &out) }); err != nil {
+		return nil, err
+	}
+	m := &Model{ptr: out}
+	runtime.SetFinalizer(m, func(m *Model) { m.Close() })
+	return m, nil
+}
+
+// Close frees the model once every Engine built on it is closed.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closing = true
+	m.freeIfUnused()
+	return nil
+}
+
+func (m *Model) freeIfUnused() {
+	if m.closing && m.engines == 0 && m.ptr != nil {
+		C.infer_model_free(m.ptr)
+		m.ptr = nil
+		runtime.SetFinalizer(m, nil)
+	}
+}
+
+func (m *Model) acquire() (*C.infer_model, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ptr == nil || m.closing {
+		return nil, ErrClosed
+	}
+	m.engines++
+	return m.ptr, nil
+}
+
+func (m *Model) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.engines--
+	m.freeIfUnused()
+}
+
+func (m *Model) handle() (*C.infer_model, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ptr == nil || m.closing {
+		return nil, ErrClosed
+	}
+	return m.ptr, nil
+}
+
+// ModelInfo is infer_model_info.
+type ModelInfo struct {
+	Architecture, Name, Tokenizer                    string
+	NVocab, NCtxTrain, NEmbd, NLayer, NHead, NHeadKV int
+	NParams, NBytes                                  uint64
+	NTensors, BOSToken, EOSToken                     int
+}
+
+// Info describes the model.
+func (m *Model) Info() (ModelInfo, error) {
+	h, err := m.handle()
+	if err != nil {
+		return ModelInfo{}, err
+	}
+	var i C.infer_model_info
+	C.infer_model_info_init(&i)
+	if err := call("infer_model_get_info", func() C.infer_status { return C.infer_model_get_info(h, &i) }); err != nil {
+		return ModelInfo{}, err
+	}
+	runtime.KeepAlive(m)
+	return ModelInfo{C.GoString(i.architecture), C.GoString(i.name), C.GoString(i.tokenizer),
+		int(i.n_vocab), int(i.n_ctx_train), int(i.n_embd), int(i.n_layer), int(i.n_head), int(i.n_head_kv),
+		uint64(i.n_params), uint64(i.n_bytes), int(i.n_tensors), int(i.bos_token), int(i.eos_token)}, nil
+}
+
+// Meta returns a metadata value as text; errors.Is(err, ErrNotFound) when absent.
+func (m *Model) Meta(key string) (string, error) {
+	h, err := m.handle()
+	if err != nil {
+		return "", err
+	}
+	ck := C.CString(key)
+	defer C.free(unsafe.Pointer(ck))
+	defer runtime.KeepAlive(m)
+	return sizedString("infer_model_meta", func(b *C.char, n C.size_t, nd *C.size_t) C.infer_status {
+		return C.infer_model_meta(h, ck, b, n, nd)
+	})
+}
+
+// BOS says whether the BOS token is added to a text prompt.
+type BOS int
+
+const (
+	BOSDefault BOS = iota // as the vocabulary says
+	BOSNo
+	BOSYes
+)
+
+func (b BOS) c() C.int32_t {
+	switch b {
+	case BOSNo:
+		return 0
+	case BOSYes:
+		return 1
+	}
+	return -1
+}
+
+// Tokenize returns the token ids of text.
+func (m *Model) Tokenize(text string, bos BOS, special bool) ([]int32, error) {
+	h, err := m.handle()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(m)
+	ct := C.CString(text)
+	defer C.free(unsafe.Pointer(ct))
+	capacity := len(text) + 8
+	for {
+		buf := (*C.int32_t)(C.malloc(C.size_t(capacity * 4)))
+		var n C.size_t
+		sp := C.int32_t(0)
+		if special {
+			sp = 1
+		}
+		runtime.LockOSThread()
+		st := C.infer_tokenize(h, ct, C.size_t(len(text)), bos.c(), sp, buf, C.size_t(capacity), &n)
+		if st == C.INFER_ERR_BUFFER_TOO_SMALL && int(n) > capacity {
+			runtime.UnlockOSThread()
+			C.free(unsafe.Pointer(buf))
+			capacity = int(n)
+			continue
+		}
+		err := check("infer_tokenize", st)
+		runtime.UnlockOSThread()
+		if err != nil {
+			C.free(unsafe.Pointer(buf))
+			return nil, err
+		}
+		out := make([]int32, int(n))
+		copy(out, unsafe.Slice((*int32)(unsafe.Pointer(buf)), int(n)))
+		C.free(unsafe.Pointer(buf))
+		return out, nil
+	}
+}
+
+// Detokenize returns the text of token ids.
+func (m *Model) Detokenize(tokens []int32) (string, error) {
+	h, err := m.handle()
+	if err != nil {
+		return "", err
+	}
+	defer runtime.KeepAlive(m)
+	ct := (*C.int32_t)(C.malloc(C.size_t(4 * (len(tokens) + 1))))
+	defer C.free(unsafe.Pointer(ct))
+	copy(unsafe.Slice((*int32)(unsafe.Pointer(ct)), len(tokens)), tokens)
+	return sizedString("infer_detokenize", func(b *C.char, n C.size_t, nd *C.size_t) C.infer_status {
+		return C.infer_detokenize(h, ct, C.size_t(len(tokens)), 0, b, n, nd)
+	})
+}
+
+// TokenPiece returns the bytes one token stands for.
+func (m *Model) TokenPiece(token int32) ([]byte, error) {
+	h, err := m.handle()
+	if err != nil {
+		return nil, err
+	}
+	defer runtime.KeepAlive(m)
+	buf := (*C.char)(C.malloc(256))
+	defer C.free(unsafe.Pointer(buf))
+	var n C.size_t
+	if err := call("infer_token_piece", func() C.infer_status { return C.infer_token_piece(h, C.int32_t(token), buf, 256, &n) }); err != nil {
+		return nil, err
+	}
+	return C.GoBytes(unsafe.Pointer(buf), C.int(n)), nil
+}
+
+// ChatMessage is one turn of a conversation.
+type ChatMessage struct{ Role, Content string }
+
+// ApplyChatTemplate renders messages with a built-in template ("" = the model's own).
+func (m *Model) ApplyChatTemplate(messages []ChatMessage, template string, addGenerationPrompt bool) (string, error) {
+	h, err := m.handle()
+	if err != nil {
+		return "", err
+	}
+	defer runtime.KeepAlive(m)
+	n := len(messages)
+	arr := (*C.infer_chat_message)(C.malloc(C.size_t(n+1) * C.size_t(unsafe.Sizeof(C.infer_chat_message{}))))
+	defer C.free(unsafe.Pointer(arr))
+	msgs := unsafe.Slice(arr, n+1)
+	for i, msg := range messages {
+		msgs[i].role = C.CString(msg.Role)
+		msgs[i].content = C.CString(msg.Content)
+		defer C.free(unsafe.Pointer(msgs[i].role))
+		defer C.free(unsafe.Pointer(msgs[i].content))
+	}
+	var ct *C.char
+	if template != "" {
+		ct = C.CString(template)
+		defer C.free(unsafe.Pointer(ct))
+	}
+	agp := C.int32_t(0)
+	if addGenerationPrompt {
+		agp = 1
+	}
+	return sizedString("infer_chat_apply_template", func(b *C.char, sz C.size_t, nd *C.size_t) C.infer_status {
+		return C.infer_chat_apply_template(h, ct, arr, C.size_t(n), agp, b, sz, nd)
+	})
+}
+
+// Generate is infer_generate: a one-call generation with a private engine
+// (MaxTokens and the sampling fields of p are used). Not cancellable; use
+// Engine.Generate for a context.
+func (m *Model) Generate(prompt string, p GenerateParams) (string, error) {
+	h, err := m.handle()
+	if err != nil {
+		return "", err
+	}
+	defer runtime.KeepAlive(m)
+	cp := C.CString(prompt)
+	defer C.free(unsafe.Pointer(cp))
+	sp := p.sampling()
+	var out *C.char
+	if err := call("infer_generate", func() C.infer_status {
+		return C.infer_generate(h, cp, &sp, C.int32_t(p.maxTokens()), &out)
+	}); err != nil {
+		return "", err
+	}
+	s := C.GoString(out)
+	C.infer_free(unsafe.Pointer(out))
+	return s, nil
+}
+
+// ---- engines -----------------------------------------------------------------
+
+// EngineParams configures NewEngine; zero fields keep the library's defaults.
+type EngineParams struct {
+	NThreads       int
+	KVBlocks       int
+	KVBudgetBytes  uint64
+	MaxSeqs        int
+	MaxBatchTokens int
+	NCtx           int
+	NoPrefixCache  bool
+}
+
+// Engine is a KV cache and scheduler stepped by libinfer's background thread.
+type Engine struct {
+	mu    sync.RWMutex
+	ptr   *C.infer_engine
+	model *Model
+}
+
+// NewEngine creates an engine on m and starts its thread (p may be nil).
+func NewEngine(m *Model, p *EngineParams) (*Engine, error) {
+	var ep C.infer_engine_params
+	C.infer_engine_params_init(&ep)
+	if p != nil {
+		if p.NThreads != 0 {
+			ep.n_threads = C.int32_t(p.NThreads)
+		}
+		if p.KVBlocks != 0 {
+			ep.kv_blocks = C.int32_t(p.KVBlocks)
+		}
+		if p.KVBudgetBytes != 0 {
+			ep.kv_budget_bytes = C.uint64_t(p.KVBudgetBytes)
+		}
+		if p.MaxSeqs != 0 {
+			ep.max_seqs = C.int32_t(p.MaxSeqs)
+		}
+		if p.MaxBatchTokens != 0 {
+			ep.max_batch_tokens = C.int32_t(p.MaxBatchTokens)
+		}
+		if p.NCtx != 0 {
+			ep.n_ctx = C.int32_t(p.NCtx)
+		}
+		if p.NoPrefixCache {
+			ep.prefix_caching = 0
+		}
+	}
+	mh, err := m.acquire()
+	if err != nil {
+		return nil, err
+	}
+	var out *C.infer_engine
+	if err := call("infer_engine_create", func() C.infer_status { return C.infer_engine_create(mh, &ep, &out) }); err != nil {
+		m.release()
+		return nil, err
+	}
+	if err := call("infer_engine_start", func() C.infer_status { return C.infer_engine_start(out) }); err != nil {
+		C.infer_engine_free(out)
+		m.release()
+		return nil, err
+	}
+	e := &Engine{ptr: out, model: m}
+	runtime.SetFinalizer(e, func(e *Engine) { e.Close() })
+	return e, nil
+}
+
+// Close stops the thread (cancelling what runs) and frees the engine.
+// Requests stay readable until closed.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ptr != nil {
+		C.infer_engine_free(e.ptr)
+		e.ptr = nil
+		e.model.release()
+		runtime.SetFinalizer(e, nil)
+	}
+	return nil
+}
+
+// GenerateParams are the sampling and request options. Zero values keep the
+// defaults: MaxTokens 64 (a negative value is passed on, and refused), the
+// library's sampling defaults. Greedy asks for temperature 0, TopK < 0 and
+// MinP < 0 turn those filters off.
+type GenerateParams struct {
+	MaxTokens     int
+	Greedy        bool // temperature 0
+	Temperature   float32
+	TopK          int
+	TopP          float32
+	MinP          float32
+	RepeatPenalty float32
+	Seed          uint64
+	Stop          []string
+	IgnoreEOS     bool
+	AddBOS        BOS
+	ParseSpecial  bool
+	Priority      int
+	// LogitBias maps token ids to what is added to their logits
+	// (math.Inf(-1) bans a token).
+	LogitBias map[int32]float32
+}
+
+func (p GenerateParams) maxTokens() int {
+	if p.MaxTokens == 0 {
+		return 64
+	}
+	return p.MaxTokens
+}
+
+func (p GenerateParams) sampling() C.infer_sampling_params {
+	var sp C.infer_sampling_params
+	C.infer_sampling_params_init(&sp)
+	if p.Temperature != 0 {
+		sp.temperature = C.float(p.Temperature)
+	}
+	if p.Greedy {
+		sp.temperature = 0
+	}
+	if p.TopK != 0 {
+		sp.top_k = C.int32_t(p.TopK)
+	}
+	if p.TopP != 0 {
+		sp.top_p = C.float(p.TopP)
+	}
+	if p.MinP < 0 {
+		sp.min_p = 0 // off
+	} else if p.MinP != 0 {
+		sp.min_p = C.float(p.MinP)
+	}
+	if p.RepeatPenalty != 0 {
+		sp.repeat_penalty = C.float(p.RepeatPenalty)
+	}
+	sp.seed = C.uint64_t(p.Seed)
+	return sp
+}
+
+// cParams is everything a request's parameters point to, in C memory.
+type cParams struct {
+	rp     *C.infer_request_params
+	allocs []unsafe.Pointer
+}
+
+func (c *cParams) alloc(n int) unsafe.Pointer {
+	p := C.calloc(1, C.size_t(n))
+	c.allocs = append(c.allocs, p)
+	return p
+}
+
+func (c *cParams) free() {
+	for _, p := range c.allocs {
+		C.free(p)
+	}
+	c.allocs = nil
+}
+
+func newCParams(prompt string, tokens []int32, p GenerateParams) *cParams {
+	c := &cParams{}
+	c.rp = (*C.infer_request_params)(c.alloc(int(unsafe.Sizeof(C.infer_request_params{}))))
+	C.infer_request_params_init(c.rp)
+	sp := (*C.infer_sampling_params)(c.alloc(int(unsafe.Sizeof(C.infer_sampling_params{}))))
+	*sp = p.sampling()
+	if len(p.LogitBias) > 0 {
+		n := len(p.LogitBias)
+		toks := unsafe.Slice((*C.int32_t)(c.alloc(4*n)), n)
+		vals := unsafe.Slice((*C.float)(c.alloc(4*n)), n)
+		i := 0
+		for t, v := range p.LogitBias {
+			toks[i], vals[i] = C.int32_t(t), C.float(v)
+			i++
+		}
+		sp.logit_bias_tokens = &toks[0]
+		sp.logit_bias_values = &vals[0]
+		sp.n_logit_bias = C.size_t(n)
+	}
+	c.rp.sampling = sp
+	if tokens != nil {
+		ts := unsafe.Slice((*C.int32_t)(c.alloc(4*len(tokens)+4)), len(tokens))
+		for i, t := range tokens {
+			ts[i] = C.int32_t(t)
+		}
+		if len(tokens) > 0 {
+			c.rp.prompt_tokens = &ts[0]
+		}
+		c.rp.n_prompt_tokens = C.size_t(len(tokens))
+	} else {
+		cp := (*C.char)(c.alloc(len(prompt) + 1))
+		copy(unsafe.Slice((*byte)(unsafe.Pointer(cp)), len(prompt)), prompt)
+		c.rp.prompt = cp
+		c.rp.prompt_len = C.size_t(len(prompt))
+	}
+	c.rp.max_tokens = C.int32_t(p.maxTokens())
+	if len(p.Stop) > 0 {
+		arr := unsafe.Slice((**C.char)(c.alloc(int(unsafe.Sizeof((*C.char)(nil)))*len(p.Stop))), len(p.Stop))
+		for i, s := range p.Stop {
+			cs := (*C.char)(c.alloc(len(s) + 1))
+			copy(unsafe.Slice((*byte)(unsafe.Pointer(cs)), len(s)), s)
+			arr[i] = cs
+		}
+		c.rp.stop = &arr[0]
+		c.rp.n_stop = C.size_t(len(p.Stop))
+	}
+	if p.IgnoreEOS {
+		c.rp.ignore_eos = 1
+	}
+	c.rp.add_bos = p.AddBOS.c()
+	if p.ParseSpecial {
+		c.rp.parse_special = 1
+	}
+	c.rp.priority = C.int32_t(p.Priority)
+	return c
+}
+
+// Submit queues a request and returns at once.
+func (e *Engine) Submit(prompt string, p GenerateParams) (*Request, error) {
+	return e.submit(newCParams(prompt, nil, p))
+}
+
+// SubmitTokens queues a request whose prompt is token ids.
+func (e *Engine) SubmitTokens(tokens []int32, p GenerateParams) (*Request, error) {
+	if tokens == nil {
+		tokens = []int32{}
+	}
+	return e.submit(newCParams("", tokens, p))
+}
+
+func (e *Engine) submit(c *cParams) (*Request, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.ptr == nil {
+		c.free()
+		return nil, ErrClosed
+	}
+	var out *C.infer_request
+	if err := call("infer_submit", func() C.infer_status { return C.infer_submit(e.ptr, c.rp, &out) }); err != nil {
+		c.free()
+		return nil, err
+	}
+	r := &Request{ptr: out, params: c}
+	r.buf = (*C.char)(C.malloc(C.size_t(bufSize)))
+	runtime.SetFinalizer(r, func(r *Request) { r.Close() })
+	return r, nil
+}
+
+// Generate returns the text generated after prompt; a cancelled ctx cancels it.
+func (e *Engine) Generate(ctx context.Context, prompt string, p GenerateParams) (string, error) {
+	r, err := e.Submit(prompt, p)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	return r.Wait(ctx)
+}
+
+// GenerateBatch generates for many prompts at once (batched by the engine).
+func (e *Engine) GenerateBatch(ctx context.Context, prompts []string, p GenerateParams) ([]string, error) {
+	reqs := make([]*Request, 0, len(prompts))
+	defer func() {
+		for _, r := range reqs {
+			r.Close()
+		}
+	}()
+	for _, pr := range prompts {
+		r, err := e.Submit(pr, p)
+		if err != nil {
+			return nil, err
+		}
+		reqs = append(reqs, r)
+	}
+	out := make([]string, len(reqs))
+	for i, r := range reqs {
+		s, err := r.Wait(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+// WaitIdle blocks until the engine has no request left.
+func (e *Engine) WaitIdle() error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.ptr == nil {
+		return ErrClosed
+	}
+	return call("infer_engine_wait_idle", func() C.infer_status { return C.infer_engine_wait_idle(e.ptr) })
+}
+
+// EngineStats are the main infer_engine_stats counters.
+type EngineStats struct {
+	NRunning, NWaiting, KVBlocksTotal, KVBlocksUsed    int
+	NSteps, NPromptTokens, NGeneratedTokens, NFinished uint64
+	UptimeS, GeneratedTokensPerS                       float64
+}
+
+// Stats reads the engine's counters.
+func (e *Engine) Stats() (EngineStats, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.ptr == nil {
+		return EngineStats{}, ErrClosed
+	}
+	var s C.infer_engine_stats
+	C.infer_engine_stats_init(&s)
+	if err := call("infer_engine_get_stats", func() C.infer_status { return C.infer_engine_get_stats(e.ptr, &s) }); err != nil {
+		return EngineStats{}, err
+	}
+	return EngineStats{int(s.n_running), int(s.n_waiting), int(s.kv_blocks_total), int(s.kv_blocks_used),
+		uint64(s.n_steps), uint64(s.n_prompt_tokens), uint64(s.n_generated_tokens), uint64(s.n_finished),
+		float64(s.uptime_s), float64(s.generated_tokens_per_s)}, nil
+}
+
+// ---- requests ----------------------------------------------------------------
+
+const bufSize = 4096
+
+// pollInterval is how often a waiting call looks at its context.
+const pollInterval = 50 * time.Millisecond
+
+// FinishReason is infer_finish_reason.
+type FinishReason int
+
+const (
+	FinishNone      FinishReason = C.INFER_FINISH_NONE
+	FinishStop      FinishReason = C.INFER_FINISH_STOP
+	FinishLength    FinishReason = C.INFER_FINISH_LENGTH
+	FinishCancelled FinishReason = C.INFER_FINISH_CANCELLED
+	FinishError     FinishReason = C.INFER_FINISH_ERROR
+)
+
+// RequestStats is infer_request_stats.
+type RequestStats struct {
+	FinishReason                                   FinishReason
+	Status                                         Status
+	NPromptTokens, NCachedTokens, NGeneratedTokens int
+	QueueMs, TTFTMs, TPOTMs, TotalMs               float64
+	PrefillTokensPerS, DecodeTokensPerS            float64
+	NPreemptions                                   int
+}
+
+// Request is one generation. Close it when done (it cancels an unfinished one).
+type Request struct {
+	mu     sync.RWMutex
+	ptr    *C.infer_request
+	params *cParams
+	buf    *C.char // next_text's buffer; used by one reader at a time
+	readMu sync.Mutex
+	piece  string
+	err    error
+	done   bool
+}
+
+// Close frees the request (cancelling it if unfinished).
+func (r *Request) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ptr != nil {
+		C.infer_request_free(r.ptr)
+		r.ptr = nil
+		r.params.free()
+		C.free(unsafe.Pointer(r.buf))
+		runtime.SetFinalizer(r, nil)
+	}
+	return nil
+}
+
+// Cancel asks the request to stop; safe from any goroutine.
+func (r *Request) Cancel() {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.ptr != nil {
+		C.infer_request_cancel(r.ptr)
+	}
+}
+
+// Stats reads the request's statistics.
+func (r *Request) Stats() (RequestStats, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.ptr == nil {
+		return RequestStats{}, ErrClosed
+	}
+	var s C.infer_request_stats
+	C.infer_request_stats_init(&s)
+	if err := call("infer_request_get_stats", func() C.infer_status { return C.infer_request_get_stats(r.ptr, &s) }); err != nil {
+		return RequestStats{}, err
+	}
+	return RequestStats{FinishReason(s.finish_reason), Status(s.status), int(s.n_prompt_tokens),
+		int(s.n_cached_tokens), int(s.n_generated_tokens), float64(s.queue_ms), float64(s.ttft_ms),
+		float64(s.tpot_ms), float64(s.total_ms), float64(s.prefill_tokens_per_s), float64(s.decode_tokens_per_s),
+		int(s.n_preemptions)}, nil
+}
+
+// Text is the text generated so far.
+func (r *Request) Text() (string, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.ptr == nil {
+		return "", ErrClosed
+	}
+	return sizedString("infer_request_text", func(b *C.char, n C.size_t, nd *C.size_t) C.infer_status {
+		return C.infer_request_text(r.ptr, b, n, nd)
+	})
+}
+
+// NextText waits up to timeout (< 0: no limit) for new text: (text, finished).
+// The text never ends inside a UTF-8 sequence; "" on a timeout.
+func (r *Request) NextText(timeout time.Duration) (string, bool, error) {
+	r.readMu.Lock()
+	defer r.readMu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.ptr == nil {
+		return "", true, ErrClosed
+	}
+	ms := C.int32_t(-1)
+	if timeout >= 0 {
+		ms = C.int32_t(timeout / time.Millisecond)
+	}
+	var n C.size_t
+	var fin C.int32_t
+	if err := call("infer_request_next_text", func() C.infer_status {
+		return C.infer_request_next_text(r.ptr, ms, r.buf, bufSize, &n, &fin)
+	}); err != nil {
+		return "", true, err
+	}
+	return C.GoStringN(r.buf, C.int(n)), fin != 0, nil
+}
+
+// failure is the request's error when it finished with INFER_FINISH_ERROR.
+func (r *Request) failure() error {
+	st, err := r.Stats()
+	if err != nil {
+		return err
+	}
+	if st.FinishReason == FinishError {
+		r.mu.RLock()
+		msg := C.GoString(C.infer_request_error(r.ptr))
+		r.mu.RUnlock()
+		return &Error{Op: "request", Status: st.Status, Message: msg}
+	}
+	return nil
+}
+
+// Next waits for the next text piece, like bufio.Scanner: it returns false
+// at the end (then Err says why, nil for a normal finish). A done ctx
+// cancels the request and Err returns ctx.Err().
+func (r *Request) Next(ctx context.Context) bool {
+	for !r.done {
+		if ctx.Err() != nil {
+			r.Cancel()
+			r.err, r.done = ctx.Err(), true
+			return false
+		}
+		piece, finished, err := r.NextText(pollInterval)
+		if err != nil {
+			r.err, r.done = err, true
+			return false
+		}
+		if finished {
+			r.done = true
+			r.err = r.failure()
+		}
+		if piece != "" {
+			r.piece = piece
+			return true
+		}
+	}
+	return false
+}
+
+// Piece is the text Next found.
+func (r *Request) Piece() string { return r.piece }
+
+// Err is why Next returned false (nil: the request finished normally).
+func (r *Request) Err() error { return r.err }
+
+// Chunk is one item of Stream: a text piece, or the error that ended it.
+type Chunk struct {
+	Text string
+	Err  error
+}
+
+// Stream delivers the text pieces on a channel that is closed at the end; a
+// final Chunk with Err set reports a failure or ctx.Err(). A done ctx cancels
+// the request. Drain the channel (or cancel ctx) before Close.
+func (r *Request) Stream(ctx context.Context) <-chan Chunk {
+	ch := make(chan Chunk, 16)
+	go func() {
+		defer close(ch)
+		for r.Next(ctx) {
+			select {
+			case ch <- Chunk{Text: r.Piece()}:
+			case <-ctx.Done():
+				r.Cancel()
+			}
+		}
+		if r.Err() != nil {
+			ch <- Chunk{Err: r.Err()}
+		}
+	}()
+	return ch
+}
+
+// Wait returns the whole text once the request finished (ctx cancels it).
+func (r *Request) Wait(ctx context.Context) (string, error) {
+	for r.Next(ctx) {
+	}
+	if r.Err() != nil {
+		return "", r.Err()
+	}
+	return r.Text()
+}
