@@ -4,8 +4,10 @@ set -euo pipefail
 pkgs=(cmake g++ ninja-build pkg-config libdnnl-dev libeigen3-dev catch2 libbenchmark-dev
       libsentencepiece-dev libxxhash-dev libpcre2-dev libutf8proc-dev python3)
 if [ "${1:-}" = "--test" ]; then
-  # The fuzz targets are built with clang's libFuzzer.
-  pkgs+=(clang libclang-rt-14-dev)
+  # The fuzz targets are built with clang's libFuzzer; the Python, Rust and Go
+  # bindings are tested with pytest, cargo (Rust 1.63) and go (1.19); the ABI
+  # is compared with libabigail's abidiff.
+  pkgs+=(clang libclang-rt-14-dev python3-pytest cargo golang-go abigail-tools)
 fi
 missing=()
 for p in "${pkgs[@]}"; do
