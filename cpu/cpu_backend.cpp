@@ -73,6 +73,12 @@ class CpuBackend final : public Backend {
     cpu::attention(pool_, q, kv, layer, b, n_head, scale, out);
   }
 
+  void prepare_weight(const WeightView& w) override { cpu::prepare_weight(pool_, w); }
+
+  // The int8 tile kernels take 16 rows per AMX tile and 8 per VNNI tile;
+  // 16 is a multiple of both (and what bench/RESULTS.md measured).
+  int32_t preferred_row_multiple() const override { return 16; }
+
  private:
   // Work below these sizes runs on the calling thread: a pool job costs a
   // microsecond or two. Elementwise kernels take about a nanosecond per

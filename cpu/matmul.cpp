@@ -10,6 +10,7 @@
 // read once per call, whatever m is: kernels walk the rows of x inside a
 // panel while it is hot in cache.
 #include "cpu/matmul.h"
+#include "core/tls.h"
 
 #include <algorithm>
 #include <atomic>
@@ -63,7 +64,8 @@ namespace {
 void tile_scalar(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const WeightView& w = *a.w;
   const Kernels& k = scalar_kernels();
-  thread_local std::vector<float> buf;
+  static thread_local std::vector<float>* buf_slot = nullptr;
+  std::vector<float>& buf = tls_object(buf_slot);
   if (static_cast<int64_t>(buf.size()) < w.n_in) buf.resize(static_cast<size_t>(w.n_in));
   for (int64_t r = r0; r < r1; ++r) {
     const float* wr = weight_row_f32(w, r, buf.data());
@@ -101,6 +103,17 @@ const char kPanelsKey = 0;  // WeightCache tag of the panels
 
 }  // namespace
 
+void prepare_weight(ThreadPool& pool, const WeightView& w) {
+  if (!w.cache || w.n_out <= 0) return;
+  const Isa isa = active_isa();
+  // The layouts matmul picks depend on the row count: build each one that
+  // some row count would use (decode, small batches, prefill tiles).
+  for (const int64_t m : {1, 2, 4, 8, 16, 32, 64, 256, 1024}) {
+    if (isa >= Isa::Avx2 && onednn_preferred(w.type, m, w.n_in, w.n_out)) onednn_prepare(w);
+    if (pick_kernel(isa, w.type, m).panels) w.cache->get<Panels>(&kPanelsKey, [&] { return pack_panels(w, &pool); });
+  }
+}
+
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {
   if (m <= 0 || w.n_out <= 0) return;
   const Isa isa = active_isa();
@@ -128,8 +141,8 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
 
   // int8 activations, per 32-value block or per row.
   QActs qa;
-  thread_local ActScratch tls_scratch;
-  ActScratch& scratch = tls_scratch;  // the caller's (workers below must not see their own)
+  static thread_local ActScratch* scratch_slot = nullptr;
+  ActScratch& scratch = tls_object(scratch_slot);  // the caller's (workers below must not see their own)
   if (k.act_block != 0) {
     qa.m = m;
     qa.n_pad = (w.n_in + 31) / 32 * 32;

@@ -20,6 +20,9 @@ namespace infer::cpu {
 // interleaved panels on first use and kept in w.cache (made per call when
 // w.cache is null).
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y);
+// Builds every repacked copy of w that matmul would build on first use, for
+// any row count, into w.cache (a no-op without a cache).
+void prepare_weight(ThreadPool& pool, const WeightView& w);
 
 // Row r of w as f32: a pointer into the weights for f32, otherwise the row
 // converted into buf (n_in floats).

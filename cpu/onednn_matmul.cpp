@@ -9,6 +9,7 @@
 // Rapids, are only chosen for a known M); they are made on first use per
 // (weight, M) and cached with the weight.
 #include "cpu/onednn_matmul.h"
+#include "core/tls.h"
 
 #include <dlfcn.h>
 
@@ -201,10 +202,10 @@ bool onednn_matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_
     const int64_t K = w.n_in, N = w.n_out;
     const auto& prims = ow->for_m(m);
     // int8: activations quantized per token, u = round(x / d) + zero point.
-    thread_local std::vector<uint8_t> qx;
-    thread_local std::vector<float> dx;
-    std::vector<uint8_t>& q = qx;
-    std::vector<float>& d = dx;
+    static thread_local std::vector<uint8_t>* qx = nullptr;
+    static thread_local std::vector<float>* dx = nullptr;
+    std::vector<uint8_t>& q = tls_object(qx);
+    std::vector<float>& d = tls_object(dx);
     if (ow->int8) {
       q.resize(static_cast<size_t>(m * K));
       d.resize(static_cast<size_t>(m));
@@ -224,9 +225,12 @@ bool onednn_matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_
     std::atomic<int64_t> next{0};
     pool.run([&](int, int) {
       single_omp_thread();
-      thread_local dnnl::stream stream(cpu_engine());
-      thread_local std::vector<uint8_t> scratch_buf;
-      thread_local std::vector<float> block_out;  // one block's result, dense (s32 or f32)
+      static thread_local dnnl::stream* stream_slot = nullptr;
+      static thread_local std::vector<uint8_t>* scratch_slot = nullptr;
+      static thread_local std::vector<float>* block_out_slot = nullptr;
+      dnnl::stream& stream = tls_object(stream_slot, [] { return new dnnl::stream(cpu_engine()); });
+      std::vector<uint8_t>& scratch_buf = tls_object(scratch_slot);
+      std::vector<float>& block_out = tls_object(block_out_slot);  // one block's result, dense (s32 or f32)
       if (scratch_buf.size() < prims.scratch) scratch_buf.resize(prims.scratch);
       block_out.resize(static_cast<size_t>(m * kBlockN));
       const dnnl::memory scratch({{static_cast<dnnl::memory::dim>(scratch_buf.size())}, dt::u8, tag::a}, cpu_engine(),
@@ -259,6 +263,16 @@ bool onednn_matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_
   } catch (const dnnl::error& e) {
     log(LogLevel::Debug, "oneDNN matmul unavailable (%s): using our own kernels", e.what());
     return false;
+  }
+}
+
+void onednn_prepare(const WeightView& w) {
+  if (!w.cache || (w.type != DType::W8A8 && w.type != DType::F32) || (w.type == DType::W8A8 && !w.scale)) return;
+  try {
+    w.cache->get<OnednnWeight>(&kOnednnKey, [&] { return prepare(w); });
+  } catch (const dnnl::error& e) {
+    // onednn_matmul will find oneDNN unusable again and use our kernels.
+    log(LogLevel::Debug, "oneDNN cannot prepare a weight (%s): our own kernels will run it", e.what());
   }
 }
 

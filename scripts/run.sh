@@ -6,8 +6,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh"
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DINFER_TESTS=OFF -DINFER_BENCH=OFF >/dev/null
 cmake --build "$root/build" --target infer_cli
-model=${1:-$root/../shared/models/stories260K.gguf}
-shift || true
+# The first argument is the model unless it is a flag (scripts/run.sh -n 32 works too).
+model=$root/../shared/models/stories260K.gguf
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+  model=$1
+  shift
+fi
 prompt_given=0
 for a in "$@"; do case "$a" in -p|--prompt|-f|--file|--tokens) prompt_given=1 ;; esac; done
 if [ $prompt_given = 1 ]; then

@@ -38,9 +38,14 @@ class WeightCache {
     entries_.emplace_back(key, std::shared_ptr<const void>(std::move(made)));
     return p;
   }
+  // Copies held (tests: was the weight prepared?).
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entries_.size();
+  }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<std::pair<const void*, std::shared_ptr<const void>>> entries_;
 };
 
@@ -101,9 +106,24 @@ class Backend {
   // block table in the cache's element type. q, out: [n_tokens][n_head * head_dim].
   virtual void attention(const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,
                          float scale, float* out) = 0;
+
+  // ---- what the engine must know of the backend ----
+  // Builds, now, every copy of w in the layouts this backend's kernels want
+  // (into w.cache), so that no request pays for it later. Called for every
+  // weight when a model is loaded (engine/backends.h: prepare_model).
+  virtual void prepare_weight(const WeightView& w) {}
+  // Rows per step that cost about as much as one row more or less (a tile of
+  // the matmul kernels): the scheduler ends continuous-batching steps on a
+  // multiple of it when it can (1: no preference).
+  virtual int32_t preferred_row_multiple() const { return 1; }
 };
 
-// The CPU backend, running its kernels on `pool`.
+// Which backend runs a model (the values of infer_backend).
+enum class BackendKind : int { Auto = 0, Cpu = 1, Cuda = 2 };
+const char* backend_kind_name(BackendKind k);
+
+// The CPU backend, running its kernels on `pool` (cpu/cpu_backend.cpp). Only
+// the backend factory (engine/backends.cpp) calls it.
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool);
 
 }  // namespace infer

@@ -7,6 +7,7 @@
 
 #include "core/fault.h"
 #include "core/log.h"
+#include "engine/backends.h"
 
 namespace infer {
 
@@ -25,8 +26,8 @@ void EngineParams::validate() const {
     raise(Status::InvalidArgument, "unknown scheduling policy %d", static_cast<int>(policy));
   if (!(batch_timeout_ms >= 0) || batch_timeout_ms > 3.6e6)
     raise(Status::InvalidArgument, "batch_timeout_ms must be in [0, 3600000]");
-  if (step_row_multiple < 1 || step_row_multiple > 4096)
-    raise(Status::InvalidArgument, "step_row_multiple %d is out of range [1, 4096]", step_row_multiple);
+  if (step_row_multiple < 0 || step_row_multiple > 4096)
+    raise(Status::InvalidArgument, "step_row_multiple %d is out of range [0, 4096]", step_row_multiple);
 }
 
 namespace {
@@ -66,12 +67,12 @@ std::unique_ptr<KvCache> make_kv(const Model& model, const EngineParams& params,
   return std::make_unique<KvCache>(layout);
 }
 
-SchedulerConfig scheduler_config(const Model& model, const EngineParams& p) {
+SchedulerConfig scheduler_config(const Model& model, const EngineParams& p, const Backend& backend) {
   SchedulerConfig c;
   c.policy = p.policy;
   c.max_seqs = p.max_seqs;
   c.max_batch_tokens = p.max_batch_tokens;
-  c.row_multiple = p.step_row_multiple;
+  c.row_multiple = p.step_row_multiple > 0 ? p.step_row_multiple : backend.preferred_row_multiple();
   c.batch_timeout_ms = p.batch_timeout_ms;
   c.prefix_caching = p.prefix_caching;
   c.window = model.config().sliding_window;
@@ -85,9 +86,9 @@ Engine::Engine(const Model& model, const EngineParams& params)
       params_(params),
       n_ctx_(context_length(model, params)),
       pool_((params.validate(), params.n_threads)),
-      backend_(make_cpu_backend(pool_)),
+      backend_(make_backend(model.backend(), pool_)),
       kv_(make_kv(model, params, n_ctx_)),
-      sched_(scheduler_config(model, params), *kv_),
+      sched_(scheduler_config(model, params, *backend_), *kv_),
       created_(Clock::now()) {
   const KvLayout& layout = kv_->layout();
   log(LogLevel::Info, "engine: %d %s KV blocks of %d tokens (%.1f MiB), %d host blocks, n_ctx %d, %d threads",

@@ -43,7 +43,7 @@ struct EngineParams {
   bool prefix_caching = true;
   SchedPolicy policy = SchedPolicy::Continuous;
   double batch_timeout_ms = 50;    // dynamic batching: the longest a request waits for a full batch
-  int32_t step_row_multiple = 16;  // continuous: prompt chunks end decoding steps on a multiple of this; 1: off
+  int32_t step_row_multiple = 0;   // continuous: prompt chunks end decoding steps on a multiple of this; 0: the backend's row tile; 1: off
   void validate() const;
 };
 

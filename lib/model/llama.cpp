@@ -41,6 +41,13 @@ class LlamaModel final : public Model {
 
   void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits) const override;
 
+  void for_each_weight(const std::function<void(const WeightView&)>& fn) const override {
+    for (const Layer& l : layers_)
+      for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        if (w->data) fn(*w);
+    if (output_.data) fn(output_);
+  }
+
  private:
   std::string key(const char* suffix) const { return config_.arch + "." + suffix; }
 
@@ -102,9 +109,11 @@ void LlamaModel::read_config() {
   // derived from the llama3 parameters in the metadata.
   const std::string type = gguf_->get_string(key("rope.scaling.type")).value_or("none");
   const double factor = gguf_->get_float(key("rope.scaling.factor")).value_or(1.0);
-  if (type == "linear" && factor > 0) {
+  if ((type == "linear" || type == "llama3") && !(factor > 0 && std::isfinite(factor)))
+    raise(Status::Format, "rope.scaling.factor is %g: '%s' rope scaling needs a positive factor", factor, type.c_str());
+  if (type == "linear") {
     c.rope_pos_scale = static_cast<float>(1.0 / factor);
-  } else if (type == "llama3" && factor > 0) {
+  } else if (type == "llama3") {
     const double low = gguf_->get_float(key("rope.scaling.low_freq_factor")).value_or(1.0);
     const double high = gguf_->get_float(key("rope.scaling.high_freq_factor")).value_or(4.0);
     const double orig = static_cast<double>(gguf_->get_int(key("rope.scaling.original_context_length")).value_or(8192));
@@ -211,6 +220,7 @@ T* grow(std::vector<T>& v, size_t n) {
 
 void LlamaModel::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits) const {
   if (vocab_only_) raise(Status::InvalidArgument, "model was loaded with vocab_only: it cannot run");
+  gguf().file().check_intact();  // a truncated mmapped file: Error(Io), not SIGBUS
   const ModelConfig& c = config_;
   const int64_t m = static_cast<int64_t>(batch.size());
   if (m == 0) return;

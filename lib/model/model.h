@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,12 +92,19 @@ class Model {
   // logits receives logit_rows.size() rows of n_vocab floats.
   virtual void forward(const Batch& batch, KvCache& kv, Backend& backend, Workspace& ws, float* logits) const = 0;
 
+  // Every matrix weight of the model (for load-time preparation by a backend).
+  virtual void for_each_weight(const std::function<void(const WeightView&)>& fn) const = 0;
+  // The backend the model was prepared for at load (engines create it).
+  BackendKind backend() const { return backend_; }
+  void set_backend(BackendKind k) { backend_ = k; }
+
  protected:
   Model() = default;
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelConfig config_;
   bool vocab_only_ = false;
+  BackendKind backend_ = BackendKind::Cpu;
   uint64_t n_params_ = 0, n_bytes_ = 0;
 };
 
