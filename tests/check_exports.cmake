@@ -1,4 +1,6 @@
-# Fails when libinfer.so exports a symbol that does not start with infer_.
+# Fails when libinfer.so exports a symbol that does not start with infer_, or
+# an infer_ symbol without a version from cmake/infer.map (INFER_<n>). The
+# version nodes themselves appear as absolute symbols ("A INFER_0").
 execute_process(COMMAND nm -D --defined-only ${LIB} OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "nm failed on ${LIB}")
@@ -8,6 +10,12 @@ set(count 0)
 foreach(line IN LISTS lines)
   if(line MATCHES "^[0-9a-f]+ [A-Za-z] (.+)$")
     set(sym ${CMAKE_MATCH_1})
+    if(sym MATCHES "^INFER_[0-9.]+$" AND line MATCHES " A ")
+      continue()  # a version node
+    endif()
+    if(sym MATCHES "^infer_" AND NOT sym MATCHES "@@?INFER_[0-9.]+$")
+      message(FATAL_ERROR "exported symbol without a version node: ${sym}")
+    endif()
     if(NOT sym MATCHES "^infer_" AND NOT sym MATCHES "^(_init|_fini|_edata|_end|__bss_start)$")
       message(FATAL_ERROR "unexpected exported symbol: ${sym}")
     endif()

@@ -19,6 +19,9 @@
  *  - Result structs (infer_*_stats, infer_model_info, ...) are filled up to
  *    the struct_size the caller set, so callers built against an older,
  *    shorter layout keep working.
+ *  - Every enum has a *_FORCE_32BIT member (not a value to use) so that it is
+ *    32 bits wide whatever the compiler or the values added later (bindings
+ *    mirror enums as int32). ABI rules: docs/ABI.md.
  *
  * Thread safety:
  *  - Global functions (version, status strings, log callback setup) may be
@@ -83,7 +86,8 @@ typedef enum infer_status {
   INFER_ERR_INTERNAL = 8,         /* a bug: please report it */
   INFER_ERR_BUFFER_TOO_SMALL = 9, /* retry with the size reported */
   INFER_ERR_NOT_FOUND = 10,       /* a key or item does not exist */
-  INFER_ERR_BUSY = 11             /* the object is in use */
+  INFER_ERR_BUSY = 11,            /* the object is in use */
+  INFER_STATUS_FORCE_32BIT = 0x7fffffff /* not a status: keeps the enum 32 bits wide (ABI) */
 } infer_status;
 
 /* Static English name of a status; never NULL. */
@@ -98,7 +102,8 @@ typedef enum infer_log_level {
   INFER_LOG_DEBUG = 0,
   INFER_LOG_INFO = 1,
   INFER_LOG_WARN = 2,
-  INFER_LOG_ERROR = 3
+  INFER_LOG_ERROR = 3,
+  INFER_LOG_LEVEL_FORCE_32BIT = 0x7fffffff
 } infer_log_level;
 
 typedef void (*infer_log_fn)(infer_log_level level, const char *message, void *user_data);
@@ -117,7 +122,8 @@ typedef struct infer_model infer_model;
 typedef enum infer_backend {
   INFER_BACKEND_AUTO = 0, /* the best available (CPU in this version) */
   INFER_BACKEND_CPU = 1,
-  INFER_BACKEND_CUDA = 2
+  INFER_BACKEND_CUDA = 2,
+  INFER_BACKEND_FORCE_32BIT = 0x7fffffff
 } infer_backend;
 
 typedef struct infer_model_params {
@@ -215,13 +221,15 @@ typedef struct infer_request infer_request;
 typedef enum infer_kv_type {
   INFER_KV_F32 = 0,
   INFER_KV_F16 = 1,
-  INFER_KV_INT8 = 2
+  INFER_KV_INT8 = 2,
+  INFER_KV_TYPE_FORCE_32BIT = 0x7fffffff
 } infer_kv_type;
 
 typedef enum infer_policy {
   INFER_POLICY_CONTINUOUS = 0, /* iteration-level: a free slot is refilled at the next step */
   INFER_POLICY_STATIC = 1,     /* a batch forms when idle and runs to completion */
-  INFER_POLICY_DYNAMIC = 2     /* like static, but waits for a full batch or a timeout */
+  INFER_POLICY_DYNAMIC = 2,    /* like static, but waits for a full batch or a timeout */
+  INFER_POLICY_FORCE_32BIT = 0x7fffffff
 } infer_policy;
 
 typedef struct infer_engine_params {
@@ -281,7 +289,8 @@ typedef enum infer_finish_reason {
   INFER_FINISH_STOP = 1,      /* an end-of-generation token or a stop string */
   INFER_FINISH_LENGTH = 2,    /* max_tokens or the context length reached */
   INFER_FINISH_CANCELLED = 3, /* infer_request_cancel or the callback asked */
-  INFER_FINISH_ERROR = 4      /* see infer_request_stats' status / message */
+  INFER_FINISH_ERROR = 4,     /* see infer_request_stats' status / message */
+  INFER_FINISH_FORCE_32BIT = 0x7fffffff
 } infer_finish_reason;
 
 /* Called for every generated token with the text it completes (complete
@@ -534,7 +543,8 @@ INFER_API const char *infer_chat_template_stop(const char *template_name, int32_
 typedef enum infer_quant_method {
   INFER_QUANT_RTN = 0,  /* round to nearest, block by block */
   INFER_QUANT_GPTQ = 1, /* Hessian-aware error feedback from calibration text */
-  INFER_QUANT_AWQ = 2   /* activation-aware channel scaling and clipping from calibration text */
+  INFER_QUANT_AWQ = 2,  /* activation-aware channel scaling and clipping from calibration text */
+  INFER_QUANT_METHOD_FORCE_32BIT = 0x7fffffff
 } infer_quant_method;
 
 /* Progress of a long operation: fraction in [0, 1] and what it is working on. */
