@@ -75,8 +75,12 @@ TEST_CASE("continuous batching sizes prompt chunks to end steps on a row tile", 
   CHECK(aligned_prompt_tokens(7, 30, 1) == 30);     // off
   NEED_MODEL(model);
   EngineParams ep;
-  ep.step_row_multiple = 0;
+  ep.step_row_multiple = -1;
   REQUIRE_THROWS_AS(Engine(*model, ep), Error);
+  ep.step_row_multiple = 4097;
+  REQUIRE_THROWS_AS(Engine(*model, ep), Error);
+  ep.step_row_multiple = 0;  // the backend's row tile
+  Engine e(*model, ep);
 }
 
 TEST_CASE("continuous batching: with prompts waiting, a step never ends inside a second row tile", "[engine]") {

@@ -144,7 +144,7 @@ void KvCache::spill_to_host(int b) {
   if (!host_ || !blocks_[b].hashed) return;
   const Hash h = blocks_[b].hash;
   if (host_cached_.count(h.a)) return;
-  const int hb = host_allocate(/*for_prefix=*/true);
+  const int hb = host_allocate();
   if (hb < 0) return;
   host_->copy_block(hb, *dev_, b);
   std::memcpy(&host_tokens_[static_cast<size_t>(hb) * layout_.block_size],
@@ -178,7 +178,7 @@ void KvCache::release(int b) {
   if (k.hashed) queue_push_back(b); else queue_push_front(b);
 }
 
-int KvCache::host_allocate(bool for_prefix) {
+int KvCache::host_allocate() {
   if (!host_) return -1;
   if (host_free_.empty()) {
     // Evict the least recently stored prefix block; a swapped-out sequence's
@@ -194,7 +194,6 @@ int KvCache::host_allocate(bool for_prefix) {
   host_free_.pop_back();
   host_blocks_[hb] = HostBlock{};
   host_blocks_[hb].used = true;
-  (void)for_prefix;
   return hb;
 }
 
@@ -420,17 +419,6 @@ void KvCache::commit_blocks(int slot, const int32_t* tokens, int n_computed, uin
   }
 }
 
-void KvCache::clear_prefix_cache() {
-  for (int b = 0; b < layout_.n_blocks; ++b)
-    if (blocks_[b].refs == 0 && blocks_[b].hashed) {
-      evict_hash(b);
-      queue_remove(b);
-      queue_push_front(b);
-    }
-  for (int hb = 0; hb < static_cast<int>(host_blocks_.size()); ++hb)
-    if (host_blocks_[hb].used && host_blocks_[hb].hashed) host_release(hb);
-}
-
 bool KvCache::swap_out(int slot) {
   if (!has_sequence(slot) || seqs_[slot].swapped) raise(Status::Internal, "swap_out of unknown or swapped sequence %d", slot);
   if (!host_) return false;
@@ -438,7 +426,7 @@ bool KvCache::swap_out(int slot) {
   std::vector<int32_t> hbs(s.blocks.size(), -1);
   for (size_t i = 0; i < s.blocks.size(); ++i) {
     if (s.blocks[i] < 0) continue;
-    const int hb = host_allocate(false);
+    const int hb = host_allocate();
     if (hb < 0) {
       for (int32_t x : hbs)
         if (x >= 0) host_release(x);

@@ -182,8 +182,6 @@ class KvCache {
   // Registers the sequence's full blocks below n_computed (whose K/V are
   // final) in the prefix cache.
   void commit_blocks(int slot, const int32_t* tokens, int n_computed, uint64_t salt);
-  // Cached blocks not in use are dropped from the cache (and host tier).
-  void clear_prefix_cache();
 
   // ---- host tier ----
   bool host_enabled() const { return host_ != nullptr; }
@@ -248,7 +246,7 @@ class KvCache {
   void spill_to_host(int b);
   Hash block_hash(const Hash& parent, uint64_t salt, const int32_t* tokens) const;
   bool tokens_match(int block, const int32_t* tokens, bool host) const;
-  int host_allocate(bool for_prefix);
+  int host_allocate();
   void host_release(int hb);
 
   KvLayout layout_;
