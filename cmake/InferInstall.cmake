@@ -23,13 +23,26 @@ install(EXPORT inferStaticTargets NAMESPACE infer:: FILE inferStaticTargets.cmak
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
 configure_package_config_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/inferConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
-  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer
+  PATH_VARS CMAKE_INSTALL_LIBDIR CMAKE_INSTALL_INCLUDEDIR)
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/inferConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
   ${CMAKE_CURRENT_BINARY_DIR}/inferConfigVersion.cmake
   ${CMAKE_CURRENT_SOURCE_DIR}/cmake/FindOneDNN.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
+
+# A program that links libinfer.a needs the C++ runtime even when it is
+# written in C (its linker driver is then cc): say so in the static target's
+# link interface, and in infer.pc's Libs.private.
+target_link_libraries(infer_static INTERFACE $<INSTALL_INTERFACE:stdc++> $<INSTALL_INTERFACE:m>)
+set(INFER_PC_LIBS_PRIVATE "-ldnnl -lpcre2-8 -lutf8proc -lstdc++ -lm -lpthread")
+if(INFER_HAVE_CUDA)
+  # The CUDA backend is a separate static library (libinfer_cuda.a) with
+  # cuBLAS and the static CUDA runtime.
+  set(INFER_PC_LIBS_PRIVATE
+    "-linfer_cuda ${INFER_PC_LIBS_PRIVATE} -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart_static -ldl -lrt")
+endif()
 
 # infer.pc is relocatable: the prefix is found from where the file is.
 file(RELATIVE_PATH INFER_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
