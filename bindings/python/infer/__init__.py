@@ -191,6 +191,39 @@ def _sized_string(call: Any, function: str, initial: int = 256) -> bytes:
         return buf.value
 
 
+class _Guard:
+    """A native handle shared by threads: calls hold it in use; retire()
+    stops new calls, waits for the ones in flight and returns the handle to
+    free (infer.h: a handle must not be freed while another thread uses it)."""
+
+    def __init__(self, handle: Optional[int], what: str) -> None:
+        self.handle = handle
+        self.what = what
+        self._cv = threading.Condition()
+        self._busy = 0
+
+    def call(self, lib: Any, name: str, *args: Any) -> Any:
+        with self._cv:
+            h = self.handle
+            if h is None:
+                raise InferInvalidArgument(Status.ERR_INVALID_ARGUMENT, f"the {self.what} is closed")
+            self._busy += 1
+        try:
+            return getattr(lib, name)(h, *args)
+        finally:
+            with self._cv:
+                self._busy -= 1
+                if self._busy == 0:
+                    self._cv.notify_all()
+
+    def retire(self) -> Optional[int]:
+        with self._cv:
+            h, self.handle = self.handle, None
+            while self._busy:
+                self._cv.wait()
+        return h
+
+
 # ---- stats as dataclasses ----------------------------------------------------------------
 
 def _from_struct(cls: Any, s: ctypes.Structure) -> Any:
@@ -293,7 +326,8 @@ class Model:
                  vocab_only: bool = False, engine_params: Optional[Dict[str, Any]] = None) -> None:
         L = _get_lib()
         self._lib = L
-        self._handle: Optional[int] = None
+        self._raw: Optional[int] = None  # freed once closed and no engine uses it
+        self._g = _Guard(None, "model")  # direct calls
         self._users = 0
         self._closing = False
         self._lock = threading.Lock()
@@ -308,8 +342,12 @@ class Model:
         h = c_void_p()
         _check(L.infer_model_load(os.fsencode(os.fspath(path)), byref(p), byref(h)),
                "infer_model_load")
-        self._handle = h.value
+        self._raw = h.value
+        self._g = _Guard(h.value, "model")
         self.path = os.fspath(path)
+
+    def _c(self, name: str, *args: Any) -> Any:
+        return self._g.call(self._lib, name, *args)
 
     # lifecycle
     def __enter__(self) -> "Model":
@@ -324,21 +362,22 @@ class Model:
             if self._engine is not None:
                 self._engine.close()
                 self._engine = None
+        self._g.retire()  # no direct call any more; waits for those in flight
         with self._lock:
             self._closing = True
             self._free_if_unused()
 
     def _free_if_unused(self) -> None:
-        if self._closing and self._users == 0 and self._handle is not None:
-            self._lib.infer_model_free(self._handle)
-            self._handle = None
+        if self._closing and self._users == 0 and self._raw is not None:
+            self._lib.infer_model_free(self._raw)
+            self._raw = None
 
     def _acquire(self) -> int:
         with self._lock:
-            if self._handle is None or self._closing:
-                raise InferError(Status.ERR_INVALID_ARGUMENT, "the model is closed")
+            if self._raw is None or self._closing:
+                raise InferInvalidArgument(Status.ERR_INVALID_ARGUMENT, "the model is closed")
             self._users += 1
-            return self._handle
+            return self._raw
 
     def _release(self) -> None:
         with self._lock:
@@ -353,20 +392,22 @@ class Model:
 
     @property
     def handle(self) -> int:
-        if self._handle is None:
-            raise InferError(Status.ERR_INVALID_ARGUMENT, "the model is closed")
-        return self._handle
+        """The raw infer_model pointer (for the C API through ctypes)."""
+        h = self._g.handle
+        if h is None:
+            raise InferInvalidArgument(Status.ERR_INVALID_ARGUMENT, "the model is closed")
+        return h
 
     @property
     def closed(self) -> bool:
-        return self._handle is None
+        return self._raw is None
 
     # information
     @property
     def info(self) -> ModelInfo:
         s = _c.ModelInfoC()
         self._lib.infer_model_info_init(byref(s))
-        _check(self._lib.infer_model_get_info(self.handle, byref(s)), "infer_model_get_info")
+        _check(self._c("infer_model_get_info", byref(s)), "infer_model_get_info")
         return _from_struct(ModelInfo, s)
 
     @property
@@ -376,18 +417,17 @@ class Model:
     def meta(self, key: str) -> Optional[str]:
         """A metadata value as text, or None when the key is absent."""
         try:
-            raw = _sized_string(lambda b, n, nd: self._lib.infer_model_meta(
-                self.handle, key.encode(), b, n, nd), "infer_model_meta")
+            raw = _sized_string(lambda b, n, nd: self._c("infer_model_meta", key.encode(), b, n, nd), "infer_model_meta")
         except InferNotFound:
             return None
         return raw.decode("utf-8", "replace")
 
     def tensors(self) -> List[TensorInfo]:
         out = []
-        for i in range(self._lib.infer_model_tensor_count(self.handle)):
+        for i in range(self._c("infer_model_tensor_count")):
             s = _c.TensorInfoC()
             s.struct_size = ctypes.sizeof(s)
-            _check(self._lib.infer_model_tensor(self.handle, i, byref(s)), "infer_model_tensor")
+            _check(self._c("infer_model_tensor", i, byref(s)), "infer_model_tensor")
             out.append(TensorInfo(s.name.decode(), s.type.decode(),
                                   tuple(s.dims[: s.n_dims]), s.n_bytes))
         return out
@@ -402,7 +442,7 @@ class Model:
         while True:
             arr = (c_int32 * cap)()
             n = c_size_t(0)
-            st = self._lib.infer_tokenize(self.handle, data, len(data), bos, int(special), arr,
+            st = self._c("infer_tokenize", data, len(data), bos, int(special), arr,
                                           cap, byref(n))
             if st == Status.ERR_BUFFER_TOO_SMALL and n.value > cap:
                 cap = n.value
@@ -412,30 +452,28 @@ class Model:
 
     def detokenize(self, tokens: Sequence[int], render_special: bool = False) -> str:
         arr = (c_int32 * len(tokens))(*tokens)
-        raw = _sized_string(lambda b, n, nd: self._lib.infer_detokenize(
-            self.handle, arr, len(tokens), int(render_special), b, n, nd), "infer_detokenize",
+        raw = _sized_string(lambda b, n, nd: self._c("infer_detokenize", arr, len(tokens), int(render_special), b, n, nd), "infer_detokenize",
             initial=max(64, 8 * len(tokens)))
         return raw.decode("utf-8", "replace")
 
     def token_piece(self, token: int) -> bytes:
         buf = ctypes.create_string_buffer(256)
         n = c_size_t(0)
-        st = self._lib.infer_token_piece(self.handle, token, buf, 256, byref(n))
+        st = self._c("infer_token_piece", token, buf, 256, byref(n))
         if st == Status.ERR_BUFFER_TOO_SMALL:
             buf = ctypes.create_string_buffer(n.value)
-            st = self._lib.infer_token_piece(self.handle, token, buf, n.value, byref(n))
+            st = self._c("infer_token_piece", token, buf, n.value, byref(n))
         _check(st, "infer_token_piece")
         return buf.raw[: n.value]
 
     def token_is_eog(self, token: int) -> bool:
-        return bool(self._lib.infer_token_is_eog(self.handle, token))
+        return bool(self._c("infer_token_is_eog", token))
 
     # chat
     def chat_template(self) -> Optional[str]:
         """The built-in template the model's chat template matches (None: none)."""
         try:
-            return _sized_string(lambda b, n, nd: self._lib.infer_chat_template_detect(
-                self.handle, b, n, nd), "infer_chat_template_detect").decode()
+            return _sized_string(lambda b, n, nd: self._c("infer_chat_template_detect", b, n, nd), "infer_chat_template_detect").decode()
         except InferNotFound:
             return None
 
@@ -448,8 +486,7 @@ class Model:
             arr[i].role = r
             arr[i].content = c
         name = template.encode() if template is not None else None
-        raw = _sized_string(lambda b, n, nd: self._lib.infer_chat_apply_template(
-            self.handle, name, arr, len(keep), int(add_generation_prompt), b, n, nd),
+        raw = _sized_string(lambda b, n, nd: self._c("infer_chat_apply_template", name, arr, len(keep), int(add_generation_prompt), b, n, nd),
             "infer_chat_apply_template", initial=1024)
         return raw.decode("utf-8")
 
@@ -523,7 +560,7 @@ class Engine:
     """
 
     def __init__(self, model: Model, **params: Any) -> None:
-        self._handle: Optional[int] = None
+        self._g = _Guard(None, "engine")
         self._model = model
         self._lib = model._lib
         bad = set(params) - _ENGINE_KEYS
@@ -537,14 +574,20 @@ class Engine:
         h = c_void_p()
         try:
             _check(self._lib.infer_engine_create(mh, byref(p), byref(h)), "infer_engine_create")
-            self._handle = h.value
-            _check(self._lib.infer_engine_start(self._handle), "infer_engine_start")
         except BaseException:
-            if self._handle is not None:
-                self._lib.infer_engine_free(self._handle)
-                self._handle = None
             model._release()
             raise
+        st = self._lib.infer_engine_start(h.value)
+        if st != 0:
+            try:
+                _raise(st, "infer_engine_start")
+            finally:
+                self._lib.infer_engine_free(h.value)
+                model._release()
+        self._g = _Guard(h.value, "engine")
+
+    def _c(self, name: str, *args: Any) -> Any:
+        return self._g.call(self._lib, name, *args)
 
     def __enter__(self) -> "Engine":
         return self
@@ -555,7 +598,7 @@ class Engine:
     def close(self) -> None:
         """Stops the thread (cancelling what runs) and frees the engine.
         Request objects stay usable (they report what they had)."""
-        h, self._handle = self._handle, None
+        h = self._g.retire()  # waits for calls in flight on other threads
         if h is not None:
             self._lib.infer_engine_free(h)
             self._model._release()
@@ -568,9 +611,11 @@ class Engine:
 
     @property
     def handle(self) -> int:
-        if self._handle is None:
-            raise InferError(Status.ERR_INVALID_ARGUMENT, "the engine is closed")
-        return self._handle
+        """The raw infer_engine pointer."""
+        h = self._g.handle
+        if h is None:
+            raise InferInvalidArgument(Status.ERR_INVALID_ARGUMENT, "the engine is closed")
+        return h
 
     @property
     def model(self) -> Model:
@@ -580,12 +625,12 @@ class Engine:
     def stats(self) -> EngineStats:
         s = _c.EngineStatsC()
         self._lib.infer_engine_stats_init(byref(s))
-        _check(self._lib.infer_engine_get_stats(self.handle, byref(s)), "infer_engine_get_stats")
+        _check(self._c("infer_engine_get_stats", byref(s)), "infer_engine_get_stats")
         st = _from_struct(EngineStats, s)
         return st.__class__(**{**st.__dict__, "kv_type": KVType(st.kv_type)})
 
     def wait_idle(self) -> None:
-        _check(self._lib.infer_engine_wait_idle(self.handle), "infer_engine_wait_idle")
+        _check(self._c("infer_engine_wait_idle"), "infer_engine_wait_idle")
 
     def _params(self, prompt: Union[str, bytes, Sequence[int]], max_tokens: int,
                 kw: Dict[str, Any]) -> Tuple[_c.RequestParams, List[Any]]:
@@ -640,7 +685,7 @@ class Engine:
         """Queues a request (text or token ids) and returns its handle at once."""
         rp, keep = self._params(prompt, max_tokens, dict(kw))
         h = c_void_p()
-        _check(self._lib.infer_submit(self.handle, byref(rp), byref(h)), "infer_submit")
+        _check(self._c("infer_submit", byref(rp), byref(h)), "infer_submit")
         return Request(self, h.value, keep)
 
     def submit_n(self, prompt: Union[str, bytes, Sequence[int]], n: int, max_tokens: int = 64,
@@ -648,7 +693,7 @@ class Engine:
         """n samples of one prompt sharing its KV blocks (sample i uses seed + i)."""
         rp, keep = self._params(prompt, max_tokens, dict(kw))
         hs = (c_void_p * n)()
-        _check(self._lib.infer_submit_n(self.handle, byref(rp), n, hs), "infer_submit_n")
+        _check(self._c("infer_submit_n", byref(rp), n, hs), "infer_submit_n")
         return [Request(self, hs[i], keep) for i in range(n)]
 
     def generate(self, prompt: Union[str, bytes, Sequence[int]], max_tokens: int = 64,
@@ -685,9 +730,9 @@ class Request:
     def __init__(self, engine: Engine, handle: int, keep: List[Any]) -> None:
         self._engine = engine
         self._lib = engine._lib
-        self._handle: Optional[int] = handle
+        self._g = _Guard(handle, "request")
         self._keep = keep
-        self._lock = threading.Lock()
+        self._read_lock = threading.Lock()  # next_text's buffer
         self._buf = ctypes.create_string_buffer(4096)
         self._streamed: List[str] = []
 
@@ -698,8 +743,7 @@ class Request:
         self.close()
 
     def close(self) -> None:
-        with self._lock:
-            h, self._handle = self._handle, None
+        h = self._g.retire()  # waits for calls in flight (cancel, stats, ...) on other threads
         if h is not None:
             self._lib.infer_request_free(h)
 
@@ -711,21 +755,28 @@ class Request:
 
     @property
     def handle(self) -> int:
-        if self._handle is None:
-            raise InferError(Status.ERR_INVALID_ARGUMENT, "the request is closed")
-        return self._handle
+        """The raw infer_request pointer."""
+        h = self._g.handle
+        if h is None:
+            raise InferInvalidArgument(Status.ERR_INVALID_ARGUMENT, "the request is closed")
+        return h
+
+    def _c(self, name: str, *args: Any) -> Any:
+        return self._g.call(self._lib, name, *args)
 
     def cancel(self) -> None:
-        """Asks the request to stop (safe from any thread)."""
-        h = self._handle
-        if h is not None:
-            _check(self._lib.infer_request_cancel(h), "infer_request_cancel")
+        """Asks the request to stop (safe from any thread; a no-op once closed)."""
+        try:
+            st = self._c("infer_request_cancel")
+        except InferInvalidArgument:
+            return  # closed: freeing cancelled it
+        _check(st, "infer_request_cancel")
 
     @property
     def stats(self) -> RequestStats:
         s = _c.RequestStatsC()
         self._lib.infer_request_stats_init(byref(s))
-        _check(self._lib.infer_request_get_stats(self.handle, byref(s)), "infer_request_get_stats")
+        _check(self._c("infer_request_get_stats", byref(s)), "infer_request_get_stats")
         st = _from_struct(RequestStats, s)
         return RequestStats(**{**st.__dict__, "finish_reason": FinishReason(st.finish_reason),
                                "status": _status(st.status)})
@@ -737,7 +788,7 @@ class Request:
     @property
     def text(self) -> str:
         """The text generated so far."""
-        raw = _sized_string(lambda b, n, nd: self._lib.infer_request_text(self.handle, b, n, nd),
+        raw = _sized_string(lambda b, n, nd: self._c("infer_request_text", b, n, nd),
                             "infer_request_text", initial=1024)
         return raw.decode("utf-8", "replace")
 
@@ -747,9 +798,10 @@ class Request:
         ms = -1 if timeout is None else max(0, int(timeout * 1000))
         n = c_size_t(0)
         fin = c_int32(0)
-        _check(self._lib.infer_request_next_text(self.handle, ms, self._buf, len(self._buf),
-                                                 byref(n), byref(fin)), "infer_request_next_text")
-        return self._buf.raw[: n.value].decode("utf-8"), bool(fin.value)
+        with self._read_lock:
+            _check(self._c("infer_request_next_text", ms, self._buf, len(self._buf), byref(n),
+                           byref(fin)), "infer_request_next_text")
+            return self._buf.raw[: n.value].decode("utf-8"), bool(fin.value)
 
     def next_tokens(self, timeout: Optional[float] = None, capacity: int = 256
                     ) -> Tuple[List[int], bool]:
@@ -757,8 +809,8 @@ class Request:
         arr = (c_int32 * capacity)()
         n = c_size_t(0)
         fin = c_int32(0)
-        _check(self._lib.infer_request_next_tokens(self.handle, ms, arr, capacity, byref(n),
-                                                   byref(fin)), "infer_request_next_tokens")
+        _check(self._c("infer_request_next_tokens", ms, arr, capacity, byref(n), byref(fin)),
+               "infer_request_next_tokens")
         return list(arr[: n.value]), bool(fin.value)
 
     def stream(self, timeout: Optional[float] = None) -> Iterator[str]:
@@ -792,7 +844,7 @@ class Request:
     def _raise_if_failed(self) -> None:
         st = self.stats
         if st.finish_reason == FinishReason.ERROR:
-            msg = (self._lib.infer_request_error(self.handle) or b"").decode("utf-8", "replace")
+            msg = (self._c("infer_request_error") or b"").decode("utf-8", "replace")
             raise _ERRORS.get(st.status, InferError)(int(st.status), msg, "request")
 
     def wait(self, timeout: Optional[float] = None) -> bool:

@@ -62,7 +62,7 @@ def test_context_manager_frees(model_path):
     with infer.Model(model_path) as m:
         with infer.Engine(m, n_threads=1) as e:
             assert e.generate(PROMPT, max_tokens=4, temperature=0)
-        assert e._handle is None
+        assert e._g.handle is None
         assert not m.closed
     assert m.closed
     with pytest.raises(infer.InferError):
@@ -312,3 +312,41 @@ def test_no_leak_across_1000_cycles(model_path):
         cycle(i)
     grown = _rss_kb() - before
     assert grown < 4096, f"RSS grew by {grown} KiB over 1000 cycles"
+
+
+def test_close_while_other_threads_use_the_handles(model_path):
+    # close() waits for calls in flight on other threads (infer.h: a handle
+    # must not be freed while another thread uses it), later calls raise.
+    m = infer.Model(model_path)
+    e = infer.Engine(m, n_threads=1)
+    req = e.submit(PROMPT, max_tokens=1500, ignore_eos=True)
+    errors = []
+    stop = threading.Event()
+
+    def poke():
+        while not stop.is_set():
+            try:
+                req.stats
+                req.cancel()
+                m.tokenize("hello")
+                e.stats
+            except infer.InferInvalidArgument:
+                pass  # closed
+            except Exception as ex:  # pragma: no cover
+                errors.append(ex)
+                return
+
+    ts = [threading.Thread(target=poke) for _ in range(4)]
+    for t in ts:
+        t.start()
+    time.sleep(0.05)
+    req.close()
+    e.close()
+    m.close()
+    stop.set()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert m.closed
+    with pytest.raises(infer.InferInvalidArgument):
+        req.text
