@@ -167,7 +167,7 @@ func sizedString(op string, f func(buf *C.char, size C.size_t, needed *C.size_t)
 
 // Model is a loaded GGUF model, safe for concurrent use.
 type Model struct {
-	mu      sync.Mutex
+	mu      sync.RWMutex // write: Close and engine counts; read: a call in flight
 	ptr     *C.infer_model
 	engines int
 	closing bool
@@ -242,13 +242,15 @@ func (m *Model) release() {
 	m.freeIfUnused()
 }
 
-func (m *Model) handle() (*C.infer_model, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// use returns the handle read-locked (Close waits for the call to end);
+// the caller runs done() afterwards.
+func (m *Model) use() (*C.infer_model, func(), error) {
+	m.mu.RLock()
 	if m.ptr == nil || m.closing {
-		return nil, ErrClosed
+		m.mu.RUnlock()
+		return nil, nil, ErrClosed
 	}
-	return m.ptr, nil
+	return m.ptr, m.mu.RUnlock, nil
 }
 
 // ModelInfo is infer_model_info.
@@ -261,10 +263,11 @@ type ModelInfo struct {
 
 // Info describes the model.
 func (m *Model) Info() (ModelInfo, error) {
-	h, err := m.handle()
+	h, done, err := m.use()
 	if err != nil {
 		return ModelInfo{}, err
 	}
+	defer done()
 	var i C.infer_model_info
 	C.infer_model_info_init(&i)
 	if err := call("infer_model_get_info", func() C.infer_status { return C.infer_model_get_info(h, &i) }); err != nil {
@@ -278,10 +281,11 @@ func (m *Model) Info() (ModelInfo, error) {
 
 // Meta returns a metadata value as text; errors.Is(err, ErrNotFound) when absent.
 func (m *Model) Meta(key string) (string, error) {
-	h, err := m.handle()
+	h, done, err := m.use()
 	if err != nil {
 		return "", err
 	}
+	defer done()
 	ck := C.CString(key)
 	defer C.free(unsafe.Pointer(ck))
 	defer runtime.KeepAlive(m)
@@ -311,10 +315,11 @@ func (b BOS) c() C.int32_t {
 
 // Tokenize returns the token ids of text.
 func (m *Model) Tokenize(text string, bos BOS, special bool) ([]int32, error) {
-	h, err := m.handle()
+	h, done, err := m.use()
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	defer runtime.KeepAlive(m)
 	ct := C.CString(text)
 	defer C.free(unsafe.Pointer(ct))
@@ -349,10 +354,11 @@ func (m *Model) Tokenize(text string, bos BOS, special bool) ([]int32, error) {
 
 // Detokenize returns the text of token ids.
 func (m *Model) Detokenize(tokens []int32) (string, error) {
-	h, err := m.handle()
+	h, done, err := m.use()
 	if err != nil {
 		return "", err
 	}
+	defer done()
 	defer runtime.KeepAlive(m)
 	ct := (*C.int32_t)(C.malloc(C.size_t(4 * (len(tokens) + 1))))
 	defer C.free(unsafe.Pointer(ct))
@@ -364,10 +370,11 @@ func (m *Model) Detokenize(tokens []int32) (string, error) {
 
 // TokenPiece returns the bytes one token stands for.
 func (m *Model) TokenPiece(token int32) ([]byte, error) {
-	h, err := m.handle()
+	h, done, err := m.use()
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	defer runtime.KeepAlive(m)
 	buf := (*C.char)(C.malloc(256))
 	defer C.free(unsafe.Pointer(buf))
@@ -383,10 +390,11 @@ type ChatMessage struct{ Role, Content string }
 
 // ApplyChatTemplate renders messages with a built-in template ("" = the model's own).
 func (m *Model) ApplyChatTemplate(messages []ChatMessage, template string, addGenerationPrompt bool) (string, error) {
-	h, err := m.handle()
+	h, done, err := m.use()
 	if err != nil {
 		return "", err
 	}
+	defer done()
 	defer runtime.KeepAlive(m)
 	n := len(messages)
 	arr := (*C.infer_chat_message)(C.malloc(C.size_t(n+1) * C.size_t(unsafe.Sizeof(C.infer_chat_message{}))))
@@ -416,10 +424,11 @@ func (m *Model) ApplyChatTemplate(messages []ChatMessage, template string, addGe
 // (MaxTokens and the sampling fields of p are used). Not cancellable; use
 // Engine.Generate for a context.
 func (m *Model) Generate(prompt string, p GenerateParams) (string, error) {
-	h, err := m.handle()
+	h, done, err := m.use()
 	if err != nil {
 		return "", err
 	}
+	defer done()
 	defer runtime.KeepAlive(m)
 	cp := C.CString(prompt)
 	defer C.free(unsafe.Pointer(cp))

@@ -371,3 +371,47 @@ func TestFinalizersFreeForgottenHandles(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	runtime.GC()
 }
+
+func TestCloseWhileOtherGoroutinesUseHandles(t *testing.T) {
+	m, err := Load(modelPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := NewEngine(m, &EngineParams{NThreads: 1})
+	r, _ := e.Submit(prompt, GenerateParams{MaxTokens: 1500, IgnoreEOS: true})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, err := range []error{
+					func() error { _, err := r.Stats(); return err }(),
+					func() error { r.Cancel(); return nil }(),
+					func() error { _, err := m.Tokenize("hello", BOSDefault, false); return err }(),
+					func() error { _, err := e.Stats(); return err }(),
+				} {
+					if err != nil && err != ErrClosed {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	r.Close()
+	e.Close()
+	m.Close()
+	close(stop)
+	wg.Wait()
+	if _, err := r.Text(); err != ErrClosed {
+		t.Fatal(err)
+	}
+}
