@@ -539,7 +539,7 @@ impl Engine {
         let rp = keep.raw();
         let mut out = ptr::null_mut();
         check(unsafe { sys::infer_submit(self.inner.raw, &rp, &mut out) })?;
-        Ok(Request::from_raw(out, keep))
+        Ok(Request::from_raw(out, keep, self.inner._model.clone()))
     }
 
     /// Queues a request from token ids.
@@ -548,7 +548,7 @@ impl Engine {
         let rp = keep.raw();
         let mut out = ptr::null_mut();
         check(unsafe { sys::infer_submit(self.inner.raw, &rp, &mut out) })?;
-        Ok(Request::from_raw(out, keep))
+        Ok(Request::from_raw(out, keep, self.inner._model.clone()))
     }
 
     /// The text generated after `prompt`.
@@ -672,6 +672,7 @@ impl Keep {
 struct RequestHandle {
     raw: *mut sys::infer_request,
     _keep: Keep,
+    _model: Model, // a request outlives its engine (infer.h); keep the model too, to be safe
 }
 
 // Requests of a started engine: cancel, stats, text and next_* are allowed
@@ -746,8 +747,8 @@ impl Canceller {
 const POLL: Duration = Duration::from_millis(100);
 
 impl Request {
-    fn from_raw(raw: *mut sys::infer_request, keep: Keep) -> Request {
-        Request { inner: Arc::new(RequestHandle { raw, _keep: keep }), buf: vec![0u8; 4096] }
+    fn from_raw(raw: *mut sys::infer_request, keep: Keep, model: Model) -> Request {
+        Request { inner: Arc::new(RequestHandle { raw, _keep: keep, _model: model }), buf: vec![0u8; 4096] }
     }
 
     pub fn cancel(&self) {

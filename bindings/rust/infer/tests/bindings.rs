@@ -270,3 +270,16 @@ fn no_leak_across_1000_cycles() {
     let grown = rss_kb() as i64 - before as i64;
     assert!(grown < 4096, "RSS grew by {} KiB over 1000 cycles", grown);
 }
+
+#[test]
+fn requests_outlive_engine_and_model() {
+    let path = model_or_skip!();
+    let req = {
+        let model = Model::load(&path).unwrap();
+        let engine = small_engine(&model);
+        let req = engine.submit(PROMPT, &greedy(8)).unwrap();
+        engine.wait_idle().unwrap();
+        req
+    }; // engine and model handles dropped here
+    assert!(!req.wait_text().unwrap().is_empty());
+}
