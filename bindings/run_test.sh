@@ -18,6 +18,12 @@ model="$INFER_SHARED_DIR/models/stories260K.gguf"
 have_model=1
 [ -e "$model" ] || { have_model=0; echo "note: $model is absent: the tests that need it are skipped"; }
 skip() { echo "SKIP: $*"; exit 77; }
+# A sanitizer-instrumented library cannot be loaded by python3 or Go/Rust test
+# programs built without the sanitizer (CMake leaves these tests out of
+# INFER_SANITIZE builds; this catches other sanitizer setups).
+if ldd "$libdir/libinfer.so.0" 2>/dev/null | grep -Eq 'lib(a|t|ub|hwa|m)san'; then
+  skip "libinfer.so is sanitizer-instrumented"
+fi
 finish() {
   if [ $have_model = 0 ]; then
     skip "the $lang tests that need ../shared did not run"
