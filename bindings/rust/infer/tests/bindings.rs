@@ -283,3 +283,25 @@ fn requests_outlive_engine_and_model() {
     }; // engine and model handles dropped here
     assert!(!req.wait_text().unwrap().is_empty());
 }
+
+#[test]
+fn every_function_of_infer_h_is_declared_in_infer_sys() {
+    // infer.h as built against: a new C function must be added to infer-sys.
+    let header = std::fs::read_to_string(repo().join("include/infer/infer.h")).unwrap();
+    let sys_src = include_str!("../../infer-sys/src/lib.rs");
+    let mut missing = Vec::new();
+    let mut n = 0;
+    for decl in header.split("INFER_API").skip(1) {
+        let head = decl.split('(').next().unwrap();
+        let name = head.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).last().unwrap();
+        if !name.starts_with("infer_") {
+            continue; // the INFER_API macro's own definition
+        }
+        n += 1;
+        if !sys_src.contains(&format!("pub fn {}(", name)) {
+            missing.push(name.to_string());
+        }
+    }
+    assert!(n > 50, "only {} declarations found", n);
+    assert!(missing.is_empty(), "infer-sys lacks: {:?}", missing);
+}
