@@ -27,6 +27,14 @@ model="$shared/models/stories260K.gguf"
 [ -e "$model" ] || model=""
 c=$work/consumer
 unset LD_LIBRARY_PATH
+# The consumers use the generator of the build under test (a fresh machine
+# may have ninja and no make).
+gen=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+if [ -n "$gen" ]; then
+  export CMAKE_GENERATOR="$gen"
+elif command -v ninja >/dev/null; then
+  export CMAKE_GENERATOR=Ninja
+fi
 
 cat > "$c/main.c" <<'C'
 #include <infer/infer.h>
