@@ -1,4 +1,5 @@
 #include "cpu/attention.h"
+#include "core/tls.h"
 
 #include <algorithm>
 #include <atomic>
@@ -410,8 +411,8 @@ void run_task(const Ctx& c, const Task& task, Scratch& s) {
 }
 
 Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
+  static thread_local Scratch* slot = nullptr;
+  return tls_object(slot);
 }
 
 std::atomic<int> g_split_pieces{0};  // tests: force splitting items into this many pieces
@@ -493,7 +494,10 @@ void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const fl
   // written: a sequence's blocks are written in order, in rounds (round r:
   // the r-th block a sequence touches in this batch), the offsets of a round
   // set before its rows.
-  thread_local std::vector<int32_t> first_block, order, round_of;
+  static thread_local std::vector<int32_t>*first_block_slot = nullptr, *order_slot = nullptr, *round_of_slot = nullptr;
+  std::vector<int32_t>& first_block = tls_object(first_block_slot);
+  std::vector<int32_t>& order = tls_object(order_slot);
+  std::vector<int32_t>& round_of = tls_object(round_of_slot);
   int max_slot = 0;
   for (int64_t t = 0; t < b.n_tokens; ++t) max_slot = std::max(max_slot, b.slot[t]);
   first_block.assign(static_cast<size_t>(max_slot) + 1, INT32_MAX);
@@ -558,9 +562,12 @@ void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, c
 
   const int nth = pool.size();
   const int n_kv = Lay.n_kv_heads;
-  thread_local std::vector<Task> tasks;
-  thread_local std::vector<Split> splits;
-  thread_local std::vector<float> partials;
+  static thread_local std::vector<Task>* tasks_slot = nullptr;
+  static thread_local std::vector<Split>* splits_slot = nullptr;
+  static thread_local std::vector<float>* partials_slot = nullptr;
+  std::vector<Task>& tasks = tls_object(tasks_slot);
+  std::vector<Split>& splits = tls_object(splits_slot);
+  std::vector<float>& partials = tls_object(partials_slot);
   tasks.clear();
   splits.clear();
 
@@ -639,7 +646,8 @@ void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, c
   const Split* sp = splits.data();
   const int G = c.group, hd = c.hd;
   pool.parallel_for(static_cast<int64_t>(splits.size()) * G, 1, [&](int64_t begin, int64_t end) {
-    thread_local std::vector<float> O;
+    static thread_local std::vector<float>* O_slot = nullptr;
+    std::vector<float>& O = tls_object(O_slot);
     if (O.size() < static_cast<size_t>(hd)) O.resize(hd);
     for (int64_t w = begin; w < end; ++w) {
       const Split& s = sp[w / G];

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "core/tls.h"
 #include "cpu/qmatmul.h"
 
 namespace infer::cpu {
@@ -75,7 +76,13 @@ inline __m256i quant32(const float* x, __m256 id, __m256i* sum) {
 
 void quantize_acts_avx2(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
                         float* xs) {
-  thread_local std::vector<float> padded;
+  // A type of this file's own: tls_object's instantiation for it is compiled
+  // with this file's ISA flags and must not be shared with generic code.
+  struct Padded {
+    std::vector<float> v;
+  };
+  static thread_local Padded* padded_slot = nullptr;
+  std::vector<float>& padded = tls_object(padded_slot).v;
   if (n != n_pad) {  // a row whose length is not a multiple of 32: work on a zero-padded copy
     padded.assign(static_cast<size_t>(n_pad), 0.0f);
     std::memcpy(padded.data(), x, sizeof(float) * n);
@@ -691,7 +698,8 @@ void tile_float_gemm(const MatmulArgs& a, int64_t r0, int64_t r1) {
     size_t n = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local Buf buf;
+  static thread_local Buf* buf_slot = nullptr;
+  Buf& buf = tls_object(buf_slot);
   const size_t need = static_cast<size_t>(n) * 16;
   if (buf.n < need) {
     std::free(buf.p);
@@ -819,7 +827,8 @@ void tile_fp(const MatmulArgs& a, int64_t r0, int64_t r1) {
     size_t n = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local Buf buf;
+  static thread_local Buf* buf_slot = nullptr;
+  Buf& buf = tls_object(buf_slot);
   if (convert) {
     const size_t need = static_cast<size_t>(K) * kFpPanelRows;
     if (buf.n < need) {

@@ -24,6 +24,7 @@
 #include <new>
 
 #include "core/fp16.h"
+#include "core/tls.h"
 #include "cpu/qmatmul.h"
 
 
@@ -346,7 +347,8 @@ void tile_float_gemm(const MatmulArgs& a, int64_t r0, int64_t r1) {
     size_t n = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local Buf buf;
+  static thread_local Buf* buf_slot = nullptr;
+  Buf& buf = tls_object(buf_slot);
   const size_t need = static_cast<size_t>((n + 15) / 16 * 16) * kFloatPanel;
   if (buf.n < need) {
     std::free(buf.p);
@@ -451,7 +453,8 @@ void tile_fp(const MatmulArgs& a, int64_t r0, int64_t r1) {
     size_t n = 0;
     ~Buf() { std::free(p); }
   };
-  thread_local Buf buf;
+  static thread_local Buf* buf_slot = nullptr;
+  Buf& buf = tls_object(buf_slot);
   if (convert) {
     const size_t need = static_cast<size_t>(K) * kFpPanelRows;
     if (buf.n < need) {

@@ -1,5 +1,6 @@
 // Pre-tokenizer families and the PCRE2 machinery that runs them.
 #include "tokenizer/pretokenizer.h"
+#include "core/tls.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -202,8 +203,8 @@ struct MatchState {
 };
 
 MatchState& match_state() {
-  thread_local MatchState state;
-  return state;
+  static thread_local MatchState* slot = nullptr;
+  return tls_object(slot);
 }
 
 std::string pcre2_message(int code) {
