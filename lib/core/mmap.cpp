@@ -13,7 +13,10 @@
 namespace infer {
 
 std::unique_ptr<MappedFile> MappedFile::open(const std::string& path, bool use_mmap) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: open() of a FIFO would otherwise block until a writer comes;
+  // the fstat below rejects it (and devices, directories) before any read.
+  // Regular files ignore the flag.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) raise(Status::Io, "cannot open '%s': %s", path.c_str(), std::strerror(errno));
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -30,7 +33,7 @@ std::unique_ptr<MappedFile> MappedFile::open(const std::string& path, bool use_m
   if (use_mmap) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p != MAP_FAILED) {
-      ::close(fd);
+      f->fd_ = fd;  // kept for check_intact()
       f->data_ = static_cast<const uint8_t*>(p);
       f->mapped_ = true;
       return f;
@@ -74,6 +77,17 @@ std::unique_ptr<MappedFile> MappedFile::own(std::vector<uint8_t> bytes) {
 
 MappedFile::~MappedFile() {
   if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::check_intact() const {
+  if (fd_ < 0) return;
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0)
+    raise(Status::Io, "cannot stat the mapped file '%s': %s", path_.c_str(), std::strerror(errno));
+  if (static_cast<uint64_t>(st.st_size) < size_)
+    raise(Status::Io, "the model file '%s' was truncated on disk while in use (%lld bytes, %zu mapped): reload it",
+          path_.c_str(), static_cast<long long>(st.st_size), size_);
 }
 
 }  // namespace infer

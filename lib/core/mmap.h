@@ -26,11 +26,21 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // For a mapped file: throws Error(Io) when the file has shrunk below the
+  // mapped size (truncated or rewritten in place by another process), where
+  // reading the pages past its end would raise SIGBUS. One fstat: cheap
+  // enough to call before every forward pass. A file truncated between this
+  // check and the reads that follow still faults: the check narrows that
+  // window to one forward pass, it cannot close it (only use_mmap = 0, which
+  // reads the file into memory, can). No-op for files read into memory.
+  void check_intact() const;
+
  private:
   MappedFile() = default;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;
+  int fd_ = -1;  // the mapped file, kept open for check_intact()
   std::vector<uint8_t> owned_;
   std::string path_;
 };
