@@ -31,8 +31,17 @@ void log(LogLevel level, const char* fmt, ...) {
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_fn) g_fn(level, buf, g_user);
+  // The callback runs without the lock: it may call back into the library
+  // (which may log, or set another callback) without deadlocking. A callback
+  // replaced concurrently may still receive this one message.
+  LogFn fn;
+  void* user;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    fn = g_fn;
+    user = g_user;
+  }
+  if (fn) fn(level, buf, user);
 }
 
 }  // namespace infer
