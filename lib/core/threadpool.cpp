@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <system_error>
+
+#include "core/error.h"
+#include "core/fault.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -32,13 +36,39 @@ uint32_t generation_of(uint64_t claim) { return static_cast<uint32_t>(claim >> 3
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads > kMaxThreads)
+    raise(Status::InvalidArgument, "n_threads %d is more than %d", n_threads, kMaxThreads);
+  if (n_threads <= 0) n_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, kMaxThreads));
   n_threads_ = n_threads;
-  threads_.reserve(n_threads - 1);
-  for (int t = 1; t < n_threads; ++t) threads_.emplace_back([this] { worker(); });
+  try {
+    threads_.reserve(n_threads - 1);
+    for (int t = 1; t < n_threads; ++t) {
+      fault::point("threadpool.thread");  // tests: a thread that cannot start
+      threads_.emplace_back([this] { worker(); });
+    }
+  } catch (const std::system_error& e) {
+    // The process's thread or memory limits (pids cgroup, RLIMIT_NPROC,
+    // address space): stop the workers already started (they wait on our
+    // condition variable; leaving them joinable would terminate the process),
+    // then report it.
+    const int started = static_cast<int>(threads_.size()) + 1;
+    shutdown();
+    raise(Status::OutOfMemory, "cannot start thread %d of %d (%s): lower n_threads", started + 1, n_threads,
+          e.what());
+  } catch (const std::bad_alloc&) {
+    const int started = static_cast<int>(threads_.size()) + 1;
+    shutdown();
+    raise(Status::OutOfMemory, "cannot start thread %d of %d (out of memory): lower n_threads", started + 1,
+          n_threads);
+  } catch (...) {
+    shutdown();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { shutdown(); }
+
+void ThreadPool::shutdown() noexcept {
   stop_.store(true);
   {
     std::lock_guard<std::mutex> lock(mutex_);

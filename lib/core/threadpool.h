@@ -28,7 +28,10 @@ namespace infer {
 
 class ThreadPool {
  public:
-  // n_threads <= 0: one per hardware thread.
+  static constexpr int kMaxThreads = 1024;
+  // n_threads <= 0: one per hardware thread. Throws
+  // Error(InvalidArgument) above kMaxThreads, and Error(OutOfMemory) when the
+  // process cannot start that many threads (nothing is left running).
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -52,6 +55,8 @@ class ThreadPool {
 
  private:
   void worker();
+  // Stops and joins the workers started so far.
+  void shutdown() noexcept;
   // Claims and runs shares of job `gen` until none is left.
   void work_on(uint32_t gen);
 
