@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include "core/error.h"
+#include "model/weight_check.h"
 
 namespace infer {
 
@@ -14,6 +15,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   }
   // Mistral-style models are published under the llama architecture; the
   // name is accepted too for files that spell it out.
+  // Weights are data: a NaN or Inf is a malformed file, reported here and not
+  // as every request's failure later.
+  if (!opts.vocab_only) check_finite_weights(*gguf);
   if (arch == "llama" || arch == "mistral") return create_llama_model(std::move(gguf), std::move(tok), opts.vocab_only);
   // Only the tokenizer of a vocabulary-only load is used, whatever the
   // architecture (gpt2, falcon, qwen2, ... vocabularies).
