@@ -22,6 +22,7 @@
 // here so the vocabulary is the SentencePiece one again.
 #include "model/llama2c.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -159,6 +160,8 @@ Vocabulary read_tokenizer(const std::string& path, int32_t vocab_size) {
     }
     float score;
     std::memcpy(&score, p + pos, 4);
+    if (!std::isfinite(score))  // the GGUF loader would reject the converted file
+      raise(Status::Format, "%s: token %d has a non-finite score (offset %zu)", path.c_str(), id, pos);
     const int32_t len = read_i32(p + pos + 4);
     pos += 8;
     if (len < 0 || static_cast<size_t>(len) > size - pos) {
