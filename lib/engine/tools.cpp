@@ -1,6 +1,7 @@
 #include "engine/tools.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -103,11 +104,24 @@ BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t b
                   EngineParams ep) {
   if (n_prompt < 1 || n_gen < 0 || repetitions < 1 || batch < 1 || batch > 4096)
     raise(Status::InvalidArgument, "bench needs n_prompt >= 1, n_gen >= 0, 1 <= batch <= 4096 and repetitions >= 1");
+  // 64-bit: n_prompt and n_gen may be anything up to INT32_MAX.
+  const int64_t seq_tokens = static_cast<int64_t>(n_prompt) + n_gen;
+  if (seq_tokens + 1 > INT32_MAX)
+    raise(Status::InvalidArgument, "bench: n_prompt + n_gen (%lld) is more than a context can hold",
+          static_cast<long long>(seq_tokens));
   ep.max_seqs = std::max(ep.max_seqs, batch);
-  ep.n_ctx = std::max(ep.n_ctx, n_prompt + n_gen + 1);
-  ep.max_batch_tokens = std::max(ep.max_batch_tokens, std::min(n_prompt * batch, 4096));
+  ep.n_ctx = std::max<int32_t>(ep.n_ctx, static_cast<int32_t>(seq_tokens + 1));
+  ep.max_batch_tokens = std::max(ep.max_batch_tokens,
+                                 static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(n_prompt) * batch, 4096)));
   ep.prefix_caching = false;  // every repetition must compute its prompts
   Engine engine(model, ep);
+  // A sequence that cannot fit the KV pool would only fail after its prompt
+  // (n_prompt tokens per sequence) was built: check first.
+  const KvLayout& kl = engine.kv().layout();
+  const int64_t kv_tokens = static_cast<int64_t>(kl.n_blocks) * kl.block_size;
+  if (seq_tokens > kv_tokens)
+    raise(Status::InvalidArgument, "bench: n_prompt + n_gen = %lld tokens do not fit the KV cache (%lld tokens)",
+          static_cast<long long>(seq_tokens), static_cast<long long>(kv_tokens));
   const int32_t n_vocab = model.config().n_vocab;
   std::mt19937 rng(1234);
   BenchResult best;
