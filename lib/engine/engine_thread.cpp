@@ -1,8 +1,18 @@
 #include "engine/engine_thread.h"
 
+#include <algorithm>
+
 #include "core/log.h"
 
 namespace infer {
+
+namespace {
+// While requests wait but no step can compute anything (a DYNAMIC batch
+// waiting for its timeout), the thread sleeps instead of calling step() in a
+// loop: at most this long at a time, so a cancelled waiting request still
+// finishes promptly.
+constexpr auto kMaxWaitStep = std::chrono::milliseconds(100);
+}  // namespace
 
 EngineThread::EngineThread(Engine& engine) : engine_(engine) { thread_ = std::thread([this] { loop(); }); }
 
@@ -17,27 +27,67 @@ void EngineThread::notify() {
   wake_.notify_one();
 }
 
+// When to step again after a step that computed nothing while requests wait:
+// at the DYNAMIC policy's admission deadline when one is pending, else (a
+// request waiting for something no step of ours brings) backing off from
+// 1 ms, doubling, to kMaxWaitStep.
+EngineThread::Clock::time_point EngineThread::next_attempt(Clock::time_point now) {
+  if (const auto deadline = engine_.admission_deadline()) {
+    backoff_ = Clock::duration::zero();
+    return std::min<Clock::time_point>(std::max(*deadline, now), now + kMaxWaitStep);
+  }
+  backoff_ = std::min<Clock::duration>(backoff_ == Clock::duration::zero() ? std::chrono::milliseconds(1) : 2 * backoff_,
+                                       kMaxWaitStep);
+  return now + backoff_;
+}
+
 void EngineThread::loop() {
   uint64_t seen = 0;
+  bool sleep_until = false;  // the last step computed nothing: wait for `until` or a kick
+  Clock::time_point until{};
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || kicks_ != seen || !idle_now_; });
+      if (sleep_until) {
+        wake_.wait_until(lock, until, [&] { return stop_ || kicks_ != seen; });
+      } else {
+        wake_.wait(lock, [&] { return stop_ || kicks_ != seen || !idle_now_; });
+      }
       seen = kicks_;
       if (stop_ && !drain_) break;
     }
     int active = 0;
+    bool progress = true;
     try {
+      const EngineStats before = engine_.stats();
       active = engine_.step();
+      const EngineStats after = engine_.stats();
+      progress = after.n_steps != before.n_steps || after.n_finished != before.n_finished;
     } catch (const std::exception& e) {
       // step() fails requests, not the engine; anything else is a bug worth a log line.
       log(LogLevel::Error, "engine thread: %s", e.what());
+    } catch (...) {
+      log(LogLevel::Error, "engine thread: unknown exception");
     }
+    // The stepping thread's own view, taken before the lock (step() is ours).
+    const Clock::time_point retry = progress ? Clock::time_point{} : next_attempt(Clock::now());
     std::lock_guard<std::mutex> lock(mu_);
-    if (active == 0 && kicks_ == seen) {
+    // Draining: submissions are closed (the C API refuses them while
+    // infer_engine_stop drains), so no request left means done even if a
+    // late kick arrived.
+    if (active == 0 && (kicks_ == seen || (stop_ && drain_))) {
       idle_now_ = true;
       idle_.notify_all();
+      sleep_until = false;
       if (stop_) break;  // drained
+      continue;
+    }
+    if (progress || kicks_ != seen || active == 0) {
+      sleep_until = false;
+      backoff_ = Clock::duration::zero();
+    } else {
+      sleep_until = true;
+      until = retry;
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -3,6 +3,7 @@
 // any thread and consume results by callback or by polling.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -28,13 +29,16 @@ class EngineThread {
   void wait_idle();
 
  private:
+  using Clock = std::chrono::steady_clock;
   void loop();
+  Clock::time_point next_attempt(Clock::time_point now);  // stepping thread only
 
   Engine& engine_;
   std::mutex mu_;
   std::condition_variable wake_, idle_;
   bool stop_ = false, drain_ = false, idle_now_ = true;
   uint64_t kicks_ = 0;
+  Clock::duration backoff_ = Clock::duration::zero();  // stepping thread only
   std::thread thread_;
 };
 
