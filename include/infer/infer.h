@@ -109,7 +109,9 @@ typedef enum infer_log_level {
 typedef void (*infer_log_fn)(infer_log_level level, const char *message, void *user_data);
 
 /* Installs the process-wide log sink (NULL: silent, the default). Messages
- * below min_level are dropped. The callback may be called from any thread. */
+ * below min_level are dropped. The callback may be called from any thread,
+ * and concurrently from several; it runs with no library lock held, so it may
+ * call the library (a message may still reach a callback just replaced). */
 INFER_API void infer_set_log_callback(infer_log_fn fn, void *user_data, infer_log_level min_level);
 
 /* Frees memory the library allocated for the caller (infer_generate's text). */
@@ -234,7 +236,7 @@ typedef enum infer_policy {
 
 typedef struct infer_engine_params {
   uint32_t struct_size;
-  int32_t n_threads;          /* default 0: all cores */
+  int32_t n_threads;          /* default 0: all cores; at most 1024 */
   uint64_t kv_budget_bytes;   /* default 0: enough for max_seqs full contexts, capped at 1 GiB */
   int32_t kv_blocks;          /* if > 0, overrides kv_budget_bytes */
   int32_t kv_block_size;      /* tokens per block, default 16 */
@@ -257,7 +259,12 @@ typedef struct infer_engine_params {
 } infer_engine_params;
 
 INFER_API void infer_engine_params_init(infer_engine_params *params);
-/* The engine keeps a reference to the model; the model must outlive it. */
+/* The engine keeps a reference to the model; the model must outlive it.
+ * INFER_ERR_OUT_OF_MEMORY (with the bytes in infer_last_error) when the KV
+ * cache is more than the process can still commit (MemAvailable, memory
+ * cgroup limit): its pages are committed lazily, so it would otherwise fail
+ * later as an OOM kill. More n_threads than the process may start: also
+ * OUT_OF_MEMORY. */
 INFER_API infer_status infer_engine_create(infer_model *model, const infer_engine_params *params,
                                            infer_engine **out);
 /* Cancels and releases everything; request handles stay valid until freed. */
@@ -354,7 +361,10 @@ INFER_API infer_status infer_engine_run(infer_engine *engine);
 /* Asks a request to stop; it finishes with INFER_FINISH_CANCELLED at the next
  * step (or at once when it has not started). */
 INFER_API infer_status infer_request_cancel(infer_request *request);
-/* Releases the handle; an unfinished request is cancelled. NULL accepted. */
+/* Releases the handle; an unfinished request is cancelled. NULL accepted.
+ * If the request's token callback is running on another thread, waits for it
+ * to return: once infer_request_free returns, the callback is never called
+ * with this handle again. */
 INFER_API void infer_request_free(infer_request *request);
 
 typedef struct infer_request_stats {
@@ -440,7 +450,11 @@ INFER_API infer_status infer_engine_max_concurrency(const infer_engine *engine, 
 INFER_API infer_status infer_engine_start(infer_engine *engine);
 /* Stops the thread. drain = 1: first let every request finish; drain = 0:
  * cancel what is in flight (each finishes as CANCELLED). No-op when not
- * started. infer_engine_free stops the thread with drain = 0. */
+ * started. infer_engine_free stops the thread with drain = 0. While a drain
+ * runs, infer_submit / infer_submit_n on this engine return INFER_ERR_BUSY
+ * (so that threads that keep submitting cannot keep it from finishing);
+ * after infer_engine_stop returns they queue requests for the caller to
+ * step again. */
 INFER_API infer_status infer_engine_stop(infer_engine *engine, int32_t drain);
 /* Blocks until the engine has no request left. */
 INFER_API infer_status infer_engine_wait_idle(infer_engine *engine);
@@ -453,7 +467,9 @@ INFER_API infer_status infer_request_next_tokens(infer_request *request, int32_t
                                                  size_t capacity, size_t *n_tokens, int32_t *finished);
 /* The same for text: the text released since the previous call (at most
  * buf_size - 1 bytes, never a split UTF-8 sequence; NUL-terminated).
- * Independent of infer_request_next_tokens' position. */
+ * Independent of infer_request_next_tokens' position. When the next UTF-8
+ * character does not fit in buf_size - 1 bytes: INFER_ERR_BUFFER_TOO_SMALL,
+ * *n_bytes = the buf_size it needs (at most 5), nothing consumed. */
 INFER_API infer_status infer_request_next_text(infer_request *request, int32_t timeout_ms, char *buf,
                                                size_t buf_size, size_t *n_bytes, int32_t *finished);
 
@@ -559,7 +575,7 @@ typedef struct infer_quantize_params {
   infer_quant_method method;   /* default INFER_QUANT_RTN. GPTQ/AWQ need a format with one grid
                                   per block: q8_0, q4_0, q4_1, q5_0, q5_1, int4 */
   const char *calib_text;      /* GPTQ/AWQ: calibration text, UTF-8 (required for them) */
-  int32_t n_threads;           /* 0: all cores */
+  int32_t n_threads;           /* 0: all cores; at most 1024 (else INVALID_ARGUMENT) */
   int32_t calib_ctx;           /* tokens per calibration window; default 256 */
   int32_t max_calib_tokens;    /* default 8192 */
   float gptq_damp;             /* fraction of the mean Hessian diagonal added to it; default 0.01 */
@@ -597,7 +613,7 @@ typedef struct infer_synth_params {
   const char *type;            /* weight format name; default "f16" */
   int32_t group_size;          /* "int4": 32, 64 or 128; default 128 */
   uint64_t seed;               /* default 1 */
-  int32_t n_threads;           /* 0: all cores */
+  int32_t n_threads;           /* 0: all cores; at most 1024 (else INVALID_ARGUMENT) */
   infer_progress_fn progress;  /* may be NULL */
   void *progress_user;
   infer_note_fn note;          /* may be NULL */

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
@@ -19,16 +20,20 @@ class Model;
 namespace infer::api {
 
 // Records msg as this thread's last error (infer_last_error) and returns s.
-infer_status fail(infer_status s, const std::string& msg);
+// Allocates nothing (the message is truncated at 4 KiB).
+infer_status fail(infer_status s, const char* msg) noexcept;
+infer_status fail(infer_status s, const std::string& msg) noexcept;
 // Forgets this thread's last error (at the start of every guarded call).
-void clear_error();
+void clear_error() noexcept;
 // The C++ model behind a handle (defined in c_api.cpp, which owns the struct).
 const infer::Model& model_of(const infer_model* m);
 
 // Runs fn, translating every exception into a status: no exception ever
-// crosses the C boundary.
+// crosses the C boundary. The handlers allocate nothing (they run when memory
+// is exhausted). Every extern "C" function that can throw (anything that
+// allocates, locks or calls into the core) runs its body through this.
 template <typename F>
-infer_status guarded(F&& fn) {
+infer_status guarded(F&& fn) noexcept {
   try {
     clear_error();
     return fn();
@@ -37,10 +42,44 @@ infer_status guarded(F&& fn) {
   } catch (const std::bad_alloc&) {
     return fail(INFER_ERR_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& e) {
-    return fail(INFER_ERR_INTERNAL, std::string("internal error: ") + e.what());
+    char msg[512];
+    std::snprintf(msg, sizeof msg, "internal error: %s", e.what());
+    return fail(INFER_ERR_INTERNAL, msg);
   } catch (...) {
     return fail(INFER_ERR_INTERNAL, "internal error: unknown exception");
   }
+}
+
+// For functions that return a value, not a status: `fallback` when fn throws.
+template <typename T, typename F>
+T guarded_value(T fallback, F&& fn) noexcept {
+  try {
+    return fn();
+  } catch (...) {
+    return fallback;
+  }
+}
+
+// The same for functions that return no status (frees, callbacks into
+// void functions): an exception is swallowed, never propagated to C.
+template <typename F>
+void guarded_void(F&& fn) noexcept {
+  try {
+    fn();
+  } catch (...) {
+  }
+}
+
+// The integer a C caller stored in an enum-typed field or argument, read
+// without loading it as the C++ enum type: a value outside the enumerators'
+// range is undefined behavior to load as the enum (UBSan: -fsanitize=enum),
+// and C callers may pass any int.
+template <typename E>
+int64_t enum_value(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "C enums are int-sized here");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
 }
 
 // Copies a string into a caller buffer (NUL-terminated), reporting the size

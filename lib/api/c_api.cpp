@@ -1,6 +1,8 @@
 // The C API: handles, parameter translation and error translation. No logic
 // lives here: every call forwards to the C++ core and turns exceptions into
 // an infer_status plus a thread-local message.
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -8,12 +10,16 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <shared_mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "api/api_util.h"
 #include "core/log.h"
+#include "core/sysmem.h"
+#include "engine/backends.h"
 #include "engine/engine.h"
 #include "engine/engine_thread.h"
 #include "engine/tools.h"
@@ -38,17 +44,54 @@ struct infer_engine {
   std::mutex thread_mu;                         // guards starting / stopping `thread`
   std::unique_ptr<infer::EngineThread> thread;  // background stepping, when started
   std::atomic<bool> threaded{false};
+  // infer_engine_stop(drain=1) closes submissions while it drains (else
+  // threads that keep submitting keep it from ever finishing): submits hold
+  // submit_mu shared, the drain sets `draining` holding it exclusively.
+  std::shared_mutex submit_mu;
+  bool draining = false;  // guarded by submit_mu
   ~infer_engine() { thread.reset(); }           // stop (cancel) before the engine goes
 };
 
 // What the token callback needs; shared with the engine's closure so a freed
-// handle is never called back.
+// handle is never called back. The engine thread runs the callback holding
+// `mu`, and infer_request_free clears `alive` under it: once free has
+// returned, no callback is running with the handle nor will one start (a
+// callback that frees its own request is recognised by `caller` and does not
+// wait for itself).
 struct CallbackState {
   infer_request* handle = nullptr;
   infer_token_fn fn = nullptr;
   void* user = nullptr;
-  bool alive = true;
+  std::mutex mu;
+  bool alive = true;                           // guarded by mu
+  std::atomic<std::thread::id> caller{};       // the thread running fn, if any
 };
+
+namespace {
+
+// The engine-side closure for a caller's on_token.
+infer::TokenCallback token_callback(const std::shared_ptr<CallbackState>& cb) {
+  return [cb](int32_t token, std::string_view text) {
+    std::lock_guard<std::mutex> lock(cb->mu);
+    if (!cb->alive || !cb->fn) return true;
+    cb->caller.store(std::this_thread::get_id());
+    const int32_t r = cb->fn(cb->handle, token, text.data(), text.size(), cb->user);
+    cb->caller.store(std::thread::id());
+    return r == 0;
+  };
+}
+
+// Disarms the callback; waits for one that is running on another thread.
+void disarm_callback(CallbackState& cb) {
+  if (cb.caller.load() == std::this_thread::get_id()) {
+    cb.alive = false;  // freed from inside its own callback: we hold mu already
+    return;
+  }
+  std::lock_guard<std::mutex> lock(cb.mu);
+  cb.alive = false;
+}
+
+}  // namespace
 
 struct infer_request {
   std::shared_ptr<infer::Request> req;
@@ -60,7 +103,12 @@ struct infer_request {
 
 namespace {
 
-thread_local std::string t_last_error;
+// This thread's last error. A fixed buffer, not a std::string: a thread_local
+// with a destructor makes the C++ runtime register that destructor (which
+// allocates) the first time a thread touches it, and when that allocation
+// fails the runtime aborts ("failed to register TLS destructor").
+constexpr size_t kLastErrorCap = 4096;
+thread_local char t_last_error[kLastErrorCap];
 
 using infer::api::copy_out;
 using infer::api::fail;
@@ -95,12 +143,16 @@ std::string render_value(const infer::GgufValue& v) {
 // For the C API's other translation units (c_api_chat.cpp): the same error
 // reporting, and the core model behind a handle.
 namespace infer::api {
-infer_status fail(infer_status s, const std::string& msg) {
-  t_last_error = msg;
-  infer::log(infer::LogLevel::Debug, "api error: %s", msg.c_str());
+infer_status fail(infer_status s, const char* msg) noexcept {
+  // Allocates nothing: argument errors are reported even when memory is exhausted.
+  const size_t n = std::min(std::strlen(msg), kLastErrorCap - 1);
+  std::memcpy(t_last_error, msg, n);
+  t_last_error[n] = '\0';
+  infer::log(infer::LogLevel::Debug, "api error: %s", t_last_error);
   return s;
 }
-void clear_error() { t_last_error.clear(); }
+infer_status fail(infer_status s, const std::string& msg) noexcept { return fail(s, msg.c_str()); }
+void clear_error() noexcept { t_last_error[0] = '\0'; }
 const infer::Model& model_of(const infer_model* m) { return *m->model; }
 }  // namespace infer::api
 
@@ -110,7 +162,7 @@ const char* infer_version(void) { return INFER_VERSION_STRING; }
 uint32_t infer_version_number(void) { return INFER_VERSION_NUMBER; }
 
 const char* infer_status_string(infer_status status) {
-  switch (status) {
+  switch (infer::api::enum_value(status)) {
     case INFER_OK: return "ok";
     case INFER_ERR_IO: return "I/O error";
     case INFER_ERR_FORMAT: return "malformed input";
@@ -127,10 +179,14 @@ const char* infer_status_string(infer_status status) {
   return "unknown status";
 }
 
-const char* infer_last_error(void) { return t_last_error.c_str(); }
+const char* infer_last_error(void) { return t_last_error; }
 
 void infer_set_log_callback(infer_log_fn fn, void* user_data, infer_log_level min_level) {
-  infer::set_log_callback(reinterpret_cast<infer::LogFn>(fn), user_data, static_cast<infer::LogLevel>(min_level));
+  // LogLevel has a fixed underlying type: any int converts; levels above
+  // ERROR let nothing through.
+  const int64_t level = infer::api::enum_value(min_level);
+  infer::set_log_callback(reinterpret_cast<infer::LogFn>(fn), user_data,
+                          static_cast<infer::LogLevel>(std::clamp<int64_t>(level, INT32_MIN, INT32_MAX)));
 }
 
 void infer_free(void* ptr) { std::free(ptr); }
@@ -150,17 +206,20 @@ infer_status infer_model_load(const char* path, const infer_model_params* params
   if (out) *out = nullptr;
   INFER_CHECK_ARG(path && out, "infer_model_load: path and out must not be NULL");
   INFER_CHECK_ARG(!params || size_ok(params), "infer_model_load: params->struct_size is wrong (call infer_model_params_init)");
-  const infer_model_params p = read_params(params, infer_model_params_init);
   return guarded([&] {
-    if (p.backend == INFER_BACKEND_CUDA)
+    const infer_model_params p = read_params(params, infer_model_params_init);
+    const int64_t backend = infer::api::enum_value(p.backend);
+    if (backend == INFER_BACKEND_CUDA)
       return fail(INFER_ERR_UNSUPPORTED, "the CUDA backend cannot run models yet in this version");
-    if (p.backend != INFER_BACKEND_AUTO && p.backend != INFER_BACKEND_CPU)
-      return fail(INFER_ERR_INVALID_ARGUMENT, "unknown backend");
+    if (backend != INFER_BACKEND_AUTO && backend != INFER_BACKEND_CPU)
+      return fail(INFER_ERR_INVALID_ARGUMENT, infer::strformat("unknown backend %lld", static_cast<long long>(backend)));
     infer::LoadOptions opts;
     opts.use_mmap = p.use_mmap != 0;
     opts.vocab_only = p.vocab_only != 0;
     auto m = std::make_unique<infer_model>();
     m->model = infer::Model::load(path, opts);
+    // Weights are repacked for the backend now, not by the first request.
+    infer::prepare_model(*m->model, static_cast<infer::BackendKind>(backend), 0);
     m->arch = m->model->config().arch;
     m->name = m->model->config().name;
     m->tokenizer = m->model->tokenizer().vocab().model;
@@ -169,7 +228,9 @@ infer_status infer_model_load(const char* path, const infer_model_params* params
   });
 }
 
-void infer_model_free(infer_model* model) { delete model; }
+void infer_model_free(infer_model* model) {
+  infer::api::guarded_void([&] { delete model; });
+}
 
 void infer_model_info_init(infer_model_info* info) {
   if (!info) return;
@@ -291,22 +352,24 @@ namespace {
 
 infer::EngineParams to_engine_params(const infer_engine_params* params) {
   const infer_engine_params p = read_params(params, infer_engine_params_init);
-  if (p.kv_type != INFER_KV_F32 && p.kv_type != INFER_KV_F16 && p.kv_type != INFER_KV_INT8)
-    infer::raise(infer::Status::InvalidArgument, "unknown kv_type %d", static_cast<int>(p.kv_type));
+  // Enum fields are checked as the integers the caller stored (enum_value).
+  const int64_t kv_type = infer::api::enum_value(p.kv_type), policy = infer::api::enum_value(p.policy);
+  if (kv_type != INFER_KV_F32 && kv_type != INFER_KV_F16 && kv_type != INFER_KV_INT8)
+    infer::raise(infer::Status::InvalidArgument, "unknown kv_type %lld", static_cast<long long>(kv_type));
+  if (policy != INFER_POLICY_CONTINUOUS && policy != INFER_POLICY_STATIC && policy != INFER_POLICY_DYNAMIC)
+    infer::raise(infer::Status::InvalidArgument, "unknown policy %lld", static_cast<long long>(policy));
   infer::EngineParams ep;
   ep.n_threads = p.n_threads;
   ep.kv_budget_bytes = p.kv_budget_bytes;
   ep.kv_blocks = p.kv_blocks;
   ep.block_size = p.kv_block_size;
-  ep.kv_type = static_cast<infer::KvType>(p.kv_type);
+  ep.kv_type = static_cast<infer::KvType>(kv_type);
   ep.host_kv_budget_bytes = p.host_kv_budget_bytes;
   ep.max_seqs = p.max_seqs;
   ep.max_batch_tokens = p.max_batch_tokens;
   ep.n_ctx = p.n_ctx;
   ep.prefix_caching = p.prefix_caching != 0;
-  if (p.policy != INFER_POLICY_CONTINUOUS && p.policy != INFER_POLICY_STATIC && p.policy != INFER_POLICY_DYNAMIC)
-    infer::raise(infer::Status::InvalidArgument, "unknown policy %d", static_cast<int>(p.policy));
-  ep.policy = static_cast<infer::SchedPolicy>(p.policy);
+  ep.policy = static_cast<infer::SchedPolicy>(policy);
   ep.batch_timeout_ms = p.batch_timeout_ms;
   if (p.step_row_multiple != 0) ep.step_row_multiple = p.step_row_multiple;
   return ep;
@@ -337,12 +400,27 @@ infer_status infer_engine_create(infer_model* model, const infer_engine_params* 
     auto e = std::make_unique<infer_engine>();
     e->model = model;
     e->engine = std::make_unique<infer::Engine>(*model->model, to_engine_params(params));
+    // The KV pool is committed lazily, page by page, as the engine writes it:
+    // a pool the process cannot hold would be created fine and the host
+    // OOM-killed at some later step. Refuse it now, while a status can say so.
+    const infer::KvLayout& kl = e->engine->kv().layout();
+    const uint64_t kv_bytes = static_cast<uint64_t>(kl.block_bytes()) *
+                              (static_cast<uint64_t>(kl.n_blocks) + static_cast<uint64_t>(kl.n_host_blocks));
+    const uint64_t avail = infer::available_memory_bytes();
+    if (kv_bytes > avail)
+      return fail(INFER_ERR_OUT_OF_MEMORY,
+                  infer::strformat("infer_engine_create: the KV cache needs %llu bytes but this process can commit "
+                                   "only %llu more (MemAvailable and memory cgroup limit): lower kv_budget_bytes, "
+                                   "kv_blocks, host_kv_budget_bytes, max_seqs or n_ctx",
+                                   static_cast<unsigned long long>(kv_bytes), static_cast<unsigned long long>(avail)));
     *out = e.release();
     return INFER_OK;
   });
 }
 
-void infer_engine_free(infer_engine* engine) { delete engine; }
+void infer_engine_free(infer_engine* engine) {
+  infer::api::guarded_void([&] { delete engine; });
+}
 
 void infer_sampling_params_init(infer_sampling_params* p) {
   if (!p) return;
@@ -419,12 +497,7 @@ infer::RequestParams to_request_params(infer_engine* engine, const infer_request
   rp.prefix_cache = p.no_prefix_cache == 0;
   rp.priority = p.priority;
   rp.cache_salt = p.cache_salt;
-  if (p.on_token) {
-    rp.on_token = [cb](int32_t token, std::string_view text) {
-      if (!cb->alive || !cb->fn) return true;
-      return cb->fn(cb->handle, token, text.data(), text.size(), cb->user) == 0;
-    };
-  }
+  if (p.on_token) rp.on_token = token_callback(cb);
   return rp;
 }
 
@@ -456,6 +529,8 @@ infer_status infer_submit(infer_engine* engine, const infer_request_params* para
   INFER_CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit: add_bos must be -1, 0 or 1");
   INFER_CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit: n_stop > 0 but stop is NULL");
   return guarded([&] {
+    std::shared_lock<std::shared_mutex> gate(engine->submit_mu);
+    if (engine->draining) return fail(INFER_ERR_BUSY, "infer_submit: infer_engine_stop is draining the engine");
     auto h = new_handle(p);
     h->engine = engine;
     h->req = engine->engine->submit(to_request_params(engine, p, h->cb));
@@ -478,6 +553,8 @@ infer_status infer_submit_n(infer_engine* engine, const infer_request_params* pa
   INFER_CHECK_ARG(p.add_bos >= -1 && p.add_bos <= 1, "infer_submit_n: add_bos must be -1, 0 or 1");
   INFER_CHECK_ARG(p.n_stop == 0 || p.stop, "infer_submit_n: n_stop > 0 but stop is NULL");
   return guarded([&] {
+    std::shared_lock<std::shared_mutex> gate(engine->submit_mu);
+    if (engine->draining) return fail(INFER_ERR_BUSY, "infer_submit_n: infer_engine_stop is draining the engine");
     std::vector<std::unique_ptr<infer_request>> handles;
     for (int32_t i = 0; i < n; ++i) handles.push_back(new_handle(p));
     // Each sample gets its own callback closure bound to its own handle.
@@ -486,13 +563,7 @@ infer_status infer_submit_n(infer_engine* engine, const infer_request_params* pa
     for (int32_t i = 0; i < n; ++i) {
       handles[i]->req = family[i];
       handles[i]->engine = engine;
-      if (p.on_token) {
-        std::shared_ptr<CallbackState> cb = handles[i]->cb;
-        family[i]->set_callback([cb](int32_t token, std::string_view text) {
-          if (!cb->alive || !cb->fn) return true;
-          return cb->fn(cb->handle, token, text.data(), text.size(), cb->user) == 0;
-        });
-      }
+      if (p.on_token) family[i]->set_callback(token_callback(handles[i]->cb));
       out[i] = handles[i].release();
     }
     notify(engine);
@@ -522,14 +593,18 @@ infer_status infer_engine_run(infer_engine* engine) {
 
 infer_status infer_request_cancel(infer_request* request) {
   INFER_CHECK_ARG(request, "infer_request_cancel: request must not be NULL");
-  request->req->request_cancel();
-  return INFER_OK;
+  return guarded([&] {
+    request->req->request_cancel();
+    return INFER_OK;
+  });
 }
 
 void infer_request_free(infer_request* request) {
   if (!request) return;
-  request->cb->alive = false;
-  request->req->request_cancel();
+  infer::api::guarded_void([&] {
+    disarm_callback(*request->cb);  // after this no callback sees the handle
+    request->req->request_cancel();
+  });
   delete request;
 }
 
@@ -541,33 +616,35 @@ void infer_request_stats_init(infer_request_stats* s) {
 
 infer_status infer_request_get_stats(const infer_request* request, infer_request_stats* stats) {
   INFER_CHECK_ARG(request && stats && size_ok(stats), "infer_request_get_stats: NULL argument or wrong struct_size");
-  const infer::Request& r = *request->req;
-  std::lock_guard<std::mutex> lock(r.mutex());
-  const infer::RequestTimes& t = r.times();
-  auto ms = [](infer::Clock::time_point a, infer::Clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
-  infer_request_stats o;
-  infer_request_stats_init(&o);
-  o.finish_reason = static_cast<infer_finish_reason>(r.finish_reason());
-  o.status = static_cast<infer_status>(r.status());
-  o.n_prompt_tokens = r.n_prompt();
-  o.n_cached_tokens = r.n_cached();
-  o.n_preemptions = r.n_preemptions();
-  o.n_generated_tokens = r.n_generated();
-  if (t.scheduled) o.queue_ms = ms(t.submit, t.first_scheduled);
-  if (r.n_generated() > 0) {
-    o.ttft_ms = ms(t.submit, t.first_token);
-    const double prefill_ms = ms(t.first_scheduled, t.first_token);
-    if (prefill_ms > 0) o.prefill_tokens_per_s = r.n_prompt() / (prefill_ms / 1000.0);
-  }
-  if (r.n_generated() > 1) {
-    const double decode_ms = ms(t.first_token, t.last_token);
-    o.tpot_ms = decode_ms / (r.n_generated() - 1);
-    if (decode_ms > 0) o.decode_tokens_per_s = (r.n_generated() - 1) / (decode_ms / 1000.0);
-  }
-  o.total_ms = ms(t.submit, r.finished() ? t.finish : infer::Clock::now());
-  return write_out(stats, o);
+  return guarded([&] {
+    const infer::Request& r = *request->req;
+    std::lock_guard<std::mutex> lock(r.mutex());
+    const infer::RequestTimes& t = r.times();
+    auto ms = [](infer::Clock::time_point a, infer::Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    infer_request_stats o;
+    infer_request_stats_init(&o);
+    o.finish_reason = static_cast<infer_finish_reason>(r.finish_reason());
+    o.status = static_cast<infer_status>(r.status());
+    o.n_prompt_tokens = r.n_prompt();
+    o.n_cached_tokens = r.n_cached();
+    o.n_preemptions = r.n_preemptions();
+    o.n_generated_tokens = r.n_generated();
+    if (t.scheduled) o.queue_ms = ms(t.submit, t.first_scheduled);
+    if (r.n_generated() > 0) {
+      o.ttft_ms = ms(t.submit, t.first_token);
+      const double prefill_ms = ms(t.first_scheduled, t.first_token);
+      if (prefill_ms > 0) o.prefill_tokens_per_s = r.n_prompt() / (prefill_ms / 1000.0);
+    }
+    if (r.n_generated() > 1) {
+      const double decode_ms = ms(t.first_token, t.last_token);
+      o.tpot_ms = decode_ms / (r.n_generated() - 1);
+      if (decode_ms > 0) o.decode_tokens_per_s = (r.n_generated() - 1) / (decode_ms / 1000.0);
+    }
+    o.total_ms = ms(t.submit, r.finished() ? t.finish : infer::Clock::now());
+    return write_out(stats, o);
+  });
 }
 
 infer_status infer_request_tokens(const infer_request* request, const int32_t** tokens, size_t* n_tokens) {
@@ -578,13 +655,16 @@ infer_status infer_request_tokens(const infer_request* request, const int32_t** 
 }
 
 infer_status infer_request_text(const infer_request* request, char* buf, size_t buf_size, size_t* needed) {
+  if (needed) *needed = 0;
   INFER_CHECK_ARG(request, "infer_request_text: request must not be NULL");
-  std::string text;
-  {
-    std::lock_guard<std::mutex> lock(request->req->mutex());
-    text = request->req->text();
-  }
-  return copy_out(text, buf, buf_size, needed);
+  return guarded([&] {
+    std::string text;  // a copy: the engine may append while we write out
+    {
+      std::lock_guard<std::mutex> lock(request->req->mutex());
+      text = request->req->text();
+    }
+    return copy_out(text, buf, buf_size, needed);
+  });
 }
 
 infer_status infer_request_logits(const infer_request* request, const float** data, size_t* n_rows, size_t* n_vocab) {
@@ -600,8 +680,10 @@ infer_status infer_request_logits(const infer_request* request, const float** da
 
 const char* infer_request_error(const infer_request* request) {
   if (!request) return "";
-  std::lock_guard<std::mutex> lock(request->req->mutex());
-  return request->req->error().c_str();  // set once, when the request finishes
+  return infer::api::guarded_value<const char*>("", [&] {
+    std::lock_guard<std::mutex> lock(request->req->mutex());
+    return request->req->error().c_str();  // set once, when the request finishes
+  });
 }
 
 infer_status infer_request_next_tokens(infer_request* request, int32_t timeout_ms, int32_t* tokens, size_t capacity,
@@ -610,16 +692,18 @@ infer_status infer_request_next_tokens(infer_request* request, int32_t timeout_m
   if (finished) *finished = 0;
   INFER_CHECK_ARG(request && n_tokens && finished && (tokens || capacity == 0),
             "infer_request_next_tokens: NULL argument");
-  const infer::Request& r = *request->req;
-  r.wait_for(request->tokens_read, timeout_ms);
-  std::lock_guard<std::mutex> lock(r.mutex());
-  const size_t avail = static_cast<size_t>(r.n_generated()) - request->tokens_read;
-  const size_t n = std::min(avail, capacity);
-  if (n) std::memcpy(tokens, r.generated() + request->tokens_read, n * sizeof(int32_t));
-  request->tokens_read += n;
-  *n_tokens = n;
-  *finished = r.finished() && n == avail ? 1 : 0;
-  return INFER_OK;
+  return guarded([&] {
+    const infer::Request& r = *request->req;
+    r.wait_for(request->tokens_read, timeout_ms);
+    std::lock_guard<std::mutex> lock(r.mutex());
+    const size_t avail = static_cast<size_t>(r.n_generated()) - request->tokens_read;
+    const size_t n = std::min(avail, capacity);
+    if (n) std::memcpy(tokens, r.generated() + request->tokens_read, n * sizeof(int32_t));
+    request->tokens_read += n;
+    *n_tokens = n;
+    *finished = r.finished() && n == avail ? 1 : 0;
+    return INFER_OK;
+  });
 }
 
 infer_status infer_request_next_text(infer_request* request, int32_t timeout_ms, char* buf, size_t buf_size,
@@ -627,27 +711,41 @@ infer_status infer_request_next_text(infer_request* request, int32_t timeout_ms,
   if (n_bytes) *n_bytes = 0;
   if (finished) *finished = 0;
   INFER_CHECK_ARG(request && n_bytes && finished && buf && buf_size > 0, "infer_request_next_text: NULL argument or empty buffer");
-  const infer::Request& r = *request->req;
-  {
-    // Wait for text: new tokens may release no text (held back), so wait on
-    // tokens past those already reflected in what was read.
-    std::unique_lock<std::mutex> lock(r.mutex());
-    const bool have = r.text().size() > request->text_read || r.finished();
-    lock.unlock();
-    if (!have) r.wait_for(static_cast<size_t>(r.n_generated()), timeout_ms);
-  }
-  std::lock_guard<std::mutex> lock(r.mutex());
-  const std::string& text = r.text();
-  size_t n = std::min(text.size() - request->text_read, buf_size - 1);
-  // Do not split a UTF-8 sequence: back off over continuation bytes.
-  if (request->text_read + n < text.size())
-    while (n > 0 && (static_cast<unsigned char>(text[request->text_read + n]) & 0xC0) == 0x80) --n;
-  std::memcpy(buf, text.data() + request->text_read, n);
-  buf[n] = '\0';
-  request->text_read += n;
-  *n_bytes = n;
-  *finished = r.finished() && request->text_read == text.size() ? 1 : 0;
-  return INFER_OK;
+  buf[0] = '\0';
+  return guarded([&] {
+    const infer::Request& r = *request->req;
+    {
+      // Wait for text: new tokens may release no text (held back), so wait on
+      // tokens past those already reflected in what was read.
+      std::unique_lock<std::mutex> lock(r.mutex());
+      const bool have = r.text().size() > request->text_read || r.finished();
+      lock.unlock();
+      if (!have) r.wait_for(static_cast<size_t>(r.n_generated()), timeout_ms);
+    }
+    std::lock_guard<std::mutex> lock(r.mutex());
+    const std::string& text = r.text();
+    const size_t avail = text.size() - request->text_read;
+    size_t n = std::min(avail, buf_size - 1);
+    // Do not split a UTF-8 sequence: back off over continuation bytes.
+    if (n < avail)
+      while (n > 0 && (static_cast<unsigned char>(text[request->text_read + n]) & 0xC0) == 0x80) --n;
+    if (n == 0 && avail > 0) {
+      // Not even the next character fits: say how big the buffer must be
+      // (OK with 0 bytes would have the caller poll forever).
+      size_t need = 1;
+      while (need < avail && (static_cast<unsigned char>(text[request->text_read + need]) & 0xC0) == 0x80) ++need;
+      *n_bytes = need + 1;
+      return fail(INFER_ERR_BUFFER_TOO_SMALL,
+                  infer::strformat("infer_request_next_text: the next character needs a buffer of %zu bytes, "
+                                   "buf_size is %zu", need + 1, buf_size));
+    }
+    std::memcpy(buf, text.data() + request->text_read, n);
+    buf[n] = '\0';
+    request->text_read += n;
+    *n_bytes = n;
+    *finished = r.finished() && request->text_read == text.size() ? 1 : 0;
+    return INFER_OK;
+  });
 }
 
 void infer_engine_stats_init(infer_engine_stats* s) {
@@ -658,41 +756,54 @@ void infer_engine_stats_init(infer_engine_stats* s) {
 
 infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_stats* stats) {
   INFER_CHECK_ARG(engine && stats && size_ok(stats), "infer_engine_get_stats: NULL argument or wrong struct_size");
-  const infer::Engine& e = *engine->engine;
-  const infer::EngineStats s = e.stats();
-  infer_engine_stats o;
-  infer_engine_stats_init(&o);
-  o.n_running = s.n_running;
-  o.n_waiting = s.n_waiting;
-  const size_t block_bytes = e.kv().layout().block_bytes();  // layout is immutable
-  o.kv_blocks_total = s.kv.blocks_total;
-  o.kv_blocks_used = s.kv.blocks_used;
-  o.kv_block_size = e.kv().layout().block_size;
-  o.kv_bytes_total = block_bytes * static_cast<uint64_t>(s.kv.blocks_total);
-  o.kv_bytes_used = block_bytes * static_cast<uint64_t>(s.kv.blocks_used);
-  o.n_steps = s.n_steps;
-  o.n_prompt_tokens = s.n_prompt_tokens;
-  o.n_generated_tokens = s.n_generated_tokens;
-  o.kv_blocks_free = s.kv.blocks_free;
-  o.kv_blocks_cached = s.kv.blocks_cached;
-  o.host_kv_blocks_total = s.kv.host_blocks_total;
-  o.host_kv_blocks_used = s.kv.host_blocks_used;
-  o.prefix_query_tokens = s.kv.prefix_query_tokens;
-  o.prefix_hit_tokens = s.kv.prefix_hit_tokens;
-  o.n_preemptions = s.n_preemptions;
-  o.kv_evictions = s.kv.evictions;
-  o.kv_type = static_cast<infer_kv_type>(e.params().kv_type);
-  o.n_finished = s.n_finished;
-  o.uptime_s = s.uptime_s;
-  o.generated_tokens_per_s = s.uptime_s > 0 ? s.n_generated_tokens / s.uptime_s : 0;
-  return write_out(stats, o);
+  return guarded([&] {
+    const infer::Engine& e = *engine->engine;
+    const infer::EngineStats s = e.stats();
+    infer_engine_stats o;
+    infer_engine_stats_init(&o);
+    o.n_running = s.n_running;
+    o.n_waiting = s.n_waiting;
+    const size_t block_bytes = e.kv().layout().block_bytes();  // layout is immutable
+    o.kv_blocks_total = s.kv.blocks_total;
+    o.kv_blocks_used = s.kv.blocks_used;
+    o.kv_block_size = e.kv().layout().block_size;
+    o.kv_bytes_total = block_bytes * static_cast<uint64_t>(s.kv.blocks_total);
+    o.kv_bytes_used = block_bytes * static_cast<uint64_t>(s.kv.blocks_used);
+    o.n_steps = s.n_steps;
+    o.n_prompt_tokens = s.n_prompt_tokens;
+    o.n_generated_tokens = s.n_generated_tokens;
+    o.kv_blocks_free = s.kv.blocks_free;
+    o.kv_blocks_cached = s.kv.blocks_cached;
+    o.host_kv_blocks_total = s.kv.host_blocks_total;
+    o.host_kv_blocks_used = s.kv.host_blocks_used;
+    o.prefix_query_tokens = s.kv.prefix_query_tokens;
+    o.prefix_hit_tokens = s.kv.prefix_hit_tokens;
+    o.n_preemptions = s.n_preemptions;
+    o.kv_evictions = s.kv.evictions;
+    o.kv_type = static_cast<infer_kv_type>(e.params().kv_type);
+    o.n_finished = s.n_finished;
+    o.uptime_s = s.uptime_s;
+    o.generated_tokens_per_s = s.uptime_s > 0 ? s.n_generated_tokens / s.uptime_s : 0;
+    return write_out(stats, o);
+  });
 }
 
 infer_status infer_engine_max_concurrency(const infer_engine* engine, int32_t prompt_len, int32_t output_len,
                                           int32_t* out) {
   if (out) *out = 0;
   INFER_CHECK_ARG(engine && out, "infer_engine_max_concurrency: NULL argument");
+  INFER_CHECK_ARG(prompt_len >= 1 && output_len >= 0,
+                  "infer_engine_max_concurrency: prompt_len must be >= 1 and output_len >= 0");
   return guarded([&] {
+    // A prompt longer than the context is never admitted; output stops at the
+    // context, so the KV a request can need is at most n_ctx tokens. Clamping
+    // here keeps prompt_len + output_len far from int32 limits (#5).
+    const int32_t n_ctx = engine->engine->n_ctx();
+    if (prompt_len > n_ctx) {
+      *out = 0;
+      return INFER_OK;
+    }
+    output_len = static_cast<int32_t>(std::min<int64_t>(output_len, static_cast<int64_t>(n_ctx) - prompt_len));
     *out = engine->engine->max_concurrency(prompt_len, output_len);
     return INFER_OK;
   });
@@ -719,7 +830,22 @@ infer_status infer_engine_stop(infer_engine* engine, int32_t drain) {
       std::lock_guard<std::mutex> lock(engine->thread_mu);
       t = std::move(engine->thread);
     }
-    if (t) t->stop(drain != 0);
+    if (t && drain) {
+      {
+        std::unique_lock<std::shared_mutex> gate(engine->submit_mu);  // waits for submits under way
+        engine->draining = true;
+      }
+      struct Reopen {
+        infer_engine* e;
+        ~Reopen() {
+          std::unique_lock<std::shared_mutex> gate(e->submit_mu);
+          e->draining = false;
+        }
+      } reopen{engine};
+      t->stop(true);
+    } else if (t) {
+      t->stop(false);
+    }
     engine->threaded = false;
     return INFER_OK;
   });

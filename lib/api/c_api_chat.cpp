@@ -35,21 +35,27 @@ const std::string& model_template(const infer_model* model) {
 
 extern "C" {
 
+// These build their tables on first use (allocating): an exception becomes
+// 0 / NULL, never crosses into C.
 int32_t infer_chat_template_count(void) {
-  return static_cast<int32_t>(infer::chat_template_names().size());
+  return infer::api::guarded_value<int32_t>(0, [] { return static_cast<int32_t>(infer::chat_template_names().size()); });
 }
 
 const char* infer_chat_template_name(int32_t index) {
-  const auto& names = infer::chat_template_names();
-  if (index < 0 || static_cast<size_t>(index) >= names.size()) return nullptr;
-  return names[static_cast<size_t>(index)].c_str();
+  return infer::api::guarded_value<const char*>(nullptr, [&]() -> const char* {
+    const auto& names = infer::chat_template_names();
+    if (index < 0 || static_cast<size_t>(index) >= names.size()) return nullptr;
+    return names[static_cast<size_t>(index)].c_str();
+  });
 }
 
 const char* infer_chat_template_stop(const char* template_name, int32_t index) {
   if (!template_name || index < 0) return nullptr;
-  const auto& stops = infer::chat_template_stops(template_name);
-  if (static_cast<size_t>(index) >= stops.size()) return nullptr;
-  return stops[static_cast<size_t>(index)].c_str();
+  return infer::api::guarded_value<const char*>(nullptr, [&]() -> const char* {
+    const auto& stops = infer::chat_template_stops(template_name);
+    if (static_cast<size_t>(index) >= stops.size()) return nullptr;
+    return stops[static_cast<size_t>(index)].c_str();
+  });
 }
 
 infer_status infer_chat_template_detect(const infer_model* model, char* buf, size_t buf_size, size_t* needed) {

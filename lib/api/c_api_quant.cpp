@@ -8,6 +8,7 @@
 
 #include "api/api_util.h"
 #include "core/error.h"
+#include "core/threadpool.h"
 #include "engine/tools.h"
 #include "infer/infer.h"
 #include "model/model.h"
@@ -58,11 +59,12 @@ infer_status infer_quantize(const char* in_path, const char* out_path, const inf
   return guarded([&] {
     infer::QuantizeOptions o;
     o.type = parse_type(p.type, p.group_size);
-    if (p.method < INFER_QUANT_RTN || p.method > INFER_QUANT_AWQ)
-      infer::raise(infer::Status::InvalidArgument, "unknown quantization method %d", static_cast<int>(p.method));
-    o.method = static_cast<infer::QuantMethod>(p.method);
+    const int64_t method = infer::api::enum_value(p.method);  // the caller's integer, not loaded as the enum
+    if (method < INFER_QUANT_RTN || method > INFER_QUANT_AWQ)
+      infer::raise(infer::Status::InvalidArgument, "unknown quantization method %lld", static_cast<long long>(method));
+    o.method = static_cast<infer::QuantMethod>(method);
     if (p.calib_text) o.calib_text = p.calib_text;
-    if (p.n_threads < 0 || p.calib_ctx < 2 || p.max_calib_tokens < 2 || !(p.gptq_damp >= 0))
+    if (p.n_threads < 0 || p.n_threads > infer::ThreadPool::kMaxThreads || p.calib_ctx < 2 || p.max_calib_tokens < 2 || !(p.gptq_damp >= 0))
       infer::raise(infer::Status::InvalidArgument, "infer_quantize: n_threads, calib_ctx, max_calib_tokens or "
                                                    "gptq_damp out of range");
     o.n_threads = p.n_threads;
@@ -113,7 +115,9 @@ infer_status infer_synth(const char* out_path, const infer_synth_params* params,
     infer::SynthOptions o;
     o.type = parse_type(p.type, p.group_size);
     o.seed = p.seed;
-    if (p.n_threads < 0) infer::raise(infer::Status::InvalidArgument, "infer_synth: n_threads is negative");
+    if (p.n_threads < 0 || p.n_threads > infer::ThreadPool::kMaxThreads)
+      infer::raise(infer::Status::InvalidArgument, "infer_synth: n_threads %d is out of range [0, %d]", p.n_threads,
+                   infer::ThreadPool::kMaxThreads);
     o.n_threads = p.n_threads;
     if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.progress_user); };
     if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.note_user); };
@@ -124,8 +128,10 @@ infer_status infer_synth(const char* out_path, const infer_synth_params* params,
 }
 
 const char* infer_synth_preset_name(int32_t index) {
-  const auto& all = infer::synth_presets();
-  return index >= 0 && static_cast<size_t>(index) < all.size() ? all[static_cast<size_t>(index)].name : nullptr;
+  return infer::api::guarded_value<const char*>(nullptr, [&]() -> const char* {
+    const auto& all = infer::synth_presets();
+    return index >= 0 && static_cast<size_t>(index) < all.size() ? all[static_cast<size_t>(index)].name : nullptr;
+  });
 }
 
 void infer_perplexity_params_init(infer_perplexity_params* p) {
