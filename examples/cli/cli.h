@@ -2,6 +2,10 @@
 // handles, and the command registry. Only include/infer/infer.h is used.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -110,12 +114,31 @@ class Args {
   std::vector<std::string> positionals_;
 };
 
+// Reads a regular file. Opened non-blocking and checked with fstat before
+// any read: a FIFO would block open() forever, a directory reads as empty.
 inline std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw UsageError{"cannot read '" + path + "': " + std::strerror(errno)};
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw UsageError{"cannot read '" + path + "': " + std::strerror(errno)};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw UsageError{"cannot read '" + path + "': not a regular file"};
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw UsageError{"cannot read '" + path + "': " + std::strerror(err)};
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 inline std::string json_escape(const std::string& s) {

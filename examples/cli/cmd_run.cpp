@@ -1,4 +1,5 @@
 #include "cli.h"
+#include <memory>
 
 namespace cli {
 namespace {
@@ -78,6 +79,8 @@ int cmd_run(int argc, char** argv) {
 
   infer_request* req = nullptr;
   check(infer_submit(engine.e, &rp, &req), "submitting the request");
+  // Freed on every path out, including the errors thrown below.
+  const std::unique_ptr<infer_request, void (*)(infer_request*)> req_owner(req, infer_request_free);
   // Echo the prompt as text (the reference output includes it).
   if (!quiet) {
     std::vector<int32_t> ids = prompt_tokens;
@@ -96,17 +99,13 @@ int cmd_run(int argc, char** argv) {
     std::fflush(stdout);
   }
   const infer_status st = infer_engine_run(engine.e);
-  if (st != INFER_OK) {
-    infer_request_free(req);
-    check(st, "generating");
-  }
+  check(st, "generating");
   infer_request_stats s;
   infer_request_stats_init(&s);
   infer_request_get_stats(req, &s);
   if (!quiet) std::fputc('\n', stdout);
   if (s.finish_reason == INFER_FINISH_ERROR) {
     const std::string msg = infer_request_error(req);
-    infer_request_free(req);
     throw ApiError{"generation failed: " + msg};
   }
   if (dump) {
@@ -140,7 +139,6 @@ int cmd_run(int argc, char** argv) {
                  s.n_prompt_tokens, s.n_generated_tokens, s.ttft_ms, s.tpot_ms, s.prefill_tokens_per_s,
                  s.decode_tokens_per_s);
   }
-  infer_request_free(req);
   return 0;
 }
 
