@@ -5,7 +5,7 @@
 file(GLOB INFER_API_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/lib/api/*.cpp)
 set_property(SOURCE ${INFER_API_SOURCES} APPEND PROPERTY COMPILE_OPTIONS -g)
 
-if(INFER_TESTS AND NOT INFER_SANITIZE AND NOT INFER_FUZZ)
+if(INFER_TESTS AND NOT INFER_SANITIZE AND NOT INFER_TSAN AND NOT INFER_FUZZ)
   # An incompatible change fails unless the SONAME's major version moved;
   # abi_check_self_test shows the rules on two tiny libraries. Both skip
   # (77) without abigail-tools. (The release build checks; sanitizer builds
