@@ -370,5 +370,21 @@ expect_error "no subcommand"
 run_cli tokenize -m "$MODEL"
 expect_error "tokenize without text"
 
+# Files that are not regular files (../shared/repro #13, #20): a FIFO must not
+# block open() (a 20 s watchdog instead of run_cli's 300), a directory is no
+# prompt. A failed --dump-logits must not leak the request (LeakSanitizer in
+# the sanitizer build).
+mkfifo "$TMP/fifo"
+for args in "run -m $TMP/fifo -p hi -n 1" "run -m $MODEL -f $TMP/fifo -n 1" "tokenize -m $MODEL -f $TMP/fifo" \
+            "tokenize -m $MODEL -f $TMP" "run -m $MODEL -f $TMP -n 1"; do
+  # shellcheck disable=SC2086
+  timeout 20 "$INFER" $args >"$OUT" 2>"$ERR"
+  RC=$?
+  expect_error "not a regular file: infer $args"
+done
+run_cli run -m "$MODEL" -p "hi" -n 2 --dump-logits "$TMP/no-such-dir/logits.bin"
+expect_error "--dump-logits to a path that cannot be written"
+if grep -q LeakSanitizer "$ERR"; then fail "--dump-logits failure leaks nothing" "$(said)"; else pass "--dump-logits failure leaks nothing"; fi
+
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
