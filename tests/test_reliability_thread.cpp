@@ -44,7 +44,11 @@ int32_t late_callback(infer_request* r, int32_t, const char*, size_t, void* user
   char buf[8];
   size_t need = 0;
   infer_request_text(r, buf, sizeof buf, &need);
-  std::this_thread::yield();
+  // Stay a while: widens the window in which a free on another thread
+  // would race with this call.
+  for (volatile int i = 0; i < 5000; i = i + 1) {
+  }
+  if (tag->freed.load()) g_after_free++;
   return 0;
 }
 
@@ -64,7 +68,7 @@ TEST_CASE("thread reliability: no token callback after infer_request_free return
   REQUIRE(infer_engine_start(e) == INFER_OK);
   g_calls = 0;
   g_after_free = 0;
-  constexpr int kThreads = 6, kPerThread = 25;
+  constexpr int kThreads = 8, kPerThread = 40;
   std::vector<std::unique_ptr<Tag>> tags(kThreads * kPerThread);  // outlive every callback
   for (auto& t : tags) t = std::make_unique<Tag>();
   std::vector<std::thread> threads;

@@ -11,12 +11,13 @@ TEST_CASE("thread pool runs every thread once per job and covers ranges exactly"
     ThreadPool pool(n);
     REQUIRE(pool.size() == n);
     for (int job = 0; job < 200; ++job) {
-      std::atomic<int> calls{0};
+      std::atomic<int> calls{0}, bad{0};
       pool.run([&](int tid, int nth) {
-        REQUIRE(nth == n);
-        REQUIRE((tid >= 0 && tid < n));
+        // No Catch2 assertion on pool threads: it is not thread-safe (TSan).
+        if (nth != n || tid < 0 || tid >= n) bad++;
         calls++;
       });
+      REQUIRE(bad == 0);
       REQUIRE(calls == n);
     }
     std::vector<std::atomic<int>> hits(1000);
