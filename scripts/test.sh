@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds and runs the whole test suite: the normal
 # build (with the CUDA backend compiled when nvcc exists), the same suite
-# under AddressSanitizer + UndefinedBehaviorSanitizer, and a short libFuzzer
-# run of the GGUF parser.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, short libFuzzer runs
+# of the GGUF parser and of C API call sequences, and the threaded tests
+# under ThreadSanitizer.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -27,4 +28,19 @@ cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_gguf
 mkdir -p "$root/build-fuzz/corpus"
 "$root/build-fuzz/tests/fuzz/fuzz_gguf" -max_total_time="${INFER_FUZZ_SECONDS:-60}" -max_len=8192 -rss_limit_mb=2048 \
   "$root/build-fuzz/corpus" "$root/tests/fuzz/corpus"
+
+echo "== fuzzing sequences of C API calls (${INFER_FUZZ_SECONDS:-60} s)"
+cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_capi
+mkdir -p "$root/build-fuzz/corpus-capi"
+# allocator_may_return_null: an absurd KV size must come back as OUT_OF_MEMORY, as without ASan.
+ASAN_OPTIONS=allocator_may_return_null=1 "$root/build-fuzz/tests/fuzz/fuzz_capi" \
+  -max_total_time="${INFER_FUZZ_SECONDS:-60}" -max_len=1024 -rss_limit_mb=4096 -timeout=60 \
+  -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-capi"
+
+echo "== ThreadSanitizer build and the threaded tests"
+cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_TSAN=ON \
+  -DINFER_CUDA=OFF -DINFER_BENCH=OFF -DINFER_EXAMPLES=OFF -DINFER_BINDINGS=OFF >/dev/null
+cmake --build "$root/build-tsan" -j "$jobs" --target infer_tests
+TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/build-tsan" --output-on-failure \
+  -j "$jobs" -R thread
 echo "all test stages passed"
