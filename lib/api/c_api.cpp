@@ -22,6 +22,7 @@
 #include "engine/backends.h"
 #include "engine/engine.h"
 #include "engine/engine_thread.h"
+#include "engine/metrics.h"
 #include "engine/tools.h"
 #include "infer/infer.h"
 #include "model/llama2c.h"
@@ -586,11 +587,14 @@ infer_status infer_submit_n(infer_engine* engine, const infer_request_params* pa
     for (int32_t i = 0; i < n; ++i) handles.push_back(new_handle(p));
     // Each sample gets its own callback closure bound to its own handle.
     infer::RequestParams rp = to_request_params(engine, p, handles[0]->cb);
-    std::vector<std::shared_ptr<infer::Request>> family = engine->engine->submit_n(rp, n);
+    // The callbacks are in place before the engine can see the requests.
+    std::vector<infer::TokenCallback> callbacks;
+    if (p.on_token)
+      for (int32_t i = 0; i < n; ++i) callbacks.push_back(token_callback(handles[i]->cb));
+    std::vector<std::shared_ptr<infer::Request>> family = engine->engine->submit_n(rp, n, std::move(callbacks));
     for (int32_t i = 0; i < n; ++i) {
       handles[i]->req = family[i];
       handles[i]->engine = engine;
-      if (p.on_token) family[i]->set_callback(token_callback(handles[i]->cb));
       out[i] = handles[i].release();
     }
     notify(engine);
@@ -646,30 +650,21 @@ infer_status infer_request_get_stats(const infer_request* request, infer_request
   return guarded([&] {
     const infer::Request& r = *request->req;
     std::lock_guard<std::mutex> lock(r.mutex());
-    const infer::RequestTimes& t = r.times();
-    auto ms = [](infer::Clock::time_point a, infer::Clock::time_point b) {
-      return std::chrono::duration<double, std::milli>(b - a).count();
-    };
+    const infer::RequestMetrics m = infer::request_metrics(r);
     infer_request_stats o;
     infer_request_stats_init(&o);
-    o.finish_reason = static_cast<infer_finish_reason>(r.finish_reason());
-    o.status = static_cast<infer_status>(r.status());
-    o.n_prompt_tokens = r.n_prompt();
-    o.n_cached_tokens = r.n_cached();
-    o.n_preemptions = r.n_preemptions();
-    o.n_generated_tokens = r.n_generated();
-    if (t.scheduled) o.queue_ms = ms(t.submit, t.first_scheduled);
-    if (r.n_generated() > 0) {
-      o.ttft_ms = ms(t.submit, t.first_token);
-      const double prefill_ms = ms(t.first_scheduled, t.first_token);
-      if (prefill_ms > 0) o.prefill_tokens_per_s = r.n_prompt() / (prefill_ms / 1000.0);
-    }
-    if (r.n_generated() > 1) {
-      const double decode_ms = ms(t.first_token, t.last_token);
-      o.tpot_ms = decode_ms / (r.n_generated() - 1);
-      if (decode_ms > 0) o.decode_tokens_per_s = (r.n_generated() - 1) / (decode_ms / 1000.0);
-    }
-    o.total_ms = ms(t.submit, r.finished() ? t.finish : infer::Clock::now());
+    o.finish_reason = static_cast<infer_finish_reason>(m.finish);
+    o.status = static_cast<infer_status>(m.status);
+    o.n_prompt_tokens = m.n_prompt;
+    o.n_cached_tokens = m.n_cached;
+    o.n_preemptions = m.n_preemptions;
+    o.n_generated_tokens = m.n_generated;
+    o.queue_ms = m.queue_ms;
+    o.ttft_ms = m.ttft_ms;
+    o.prefill_tokens_per_s = m.prefill_tokens_per_s;
+    o.tpot_ms = m.tpot_ms;
+    o.decode_tokens_per_s = m.decode_tokens_per_s;
+    o.total_ms = m.total_ms;
     return write_out(stats, o);
   });
 }

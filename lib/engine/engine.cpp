@@ -138,13 +138,16 @@ std::shared_ptr<Request> Engine::submit(RequestParams p) {
   return r;
 }
 
-std::vector<std::shared_ptr<Request>> Engine::submit_n(RequestParams p, int32_t n) {
+std::vector<std::shared_ptr<Request>> Engine::submit_n(RequestParams p, int32_t n, std::vector<TokenCallback> callbacks) {
   if (n < 1 || n > params_.max_seqs)
     raise(Status::InvalidArgument, "n = %d samples must be in [1, max_seqs = %d]", n, params_.max_seqs);
+  if (!callbacks.empty() && callbacks.size() != static_cast<size_t>(n))
+    raise(Status::InvalidArgument, "submit_n: %zu callbacks for %d samples", callbacks.size(), n);
   std::vector<std::shared_ptr<Sequence>> family;
   for (int32_t i = 0; i < n; ++i) {
     RequestParams q = p;
     q.sampling.seed = p.sampling.seed + static_cast<uint64_t>(i);
+    if (!callbacks.empty()) q.on_token = std::move(callbacks[i]);
     family.push_back(make_sequence(q));
   }
   std::vector<std::shared_ptr<Request>> out;

@@ -67,7 +67,10 @@ class Engine {
   std::shared_ptr<Request> submit(RequestParams params);
   // n samples of one prompt: the prompt is computed once and its KV blocks
   // are shared by all n (copy-on-write); sample i uses seed + i.
-  std::vector<std::shared_ptr<Request>> submit_n(RequestParams params, int32_t n);
+  // callbacks: empty, or one token callback per sample (replacing
+  // params.on_token), installed before the requests are published.
+  std::vector<std::shared_ptr<Request>> submit_n(RequestParams params, int32_t n,
+                                                 std::vector<TokenCallback> callbacks = {});
   // One forward step. Returns the number of unfinished requests.
   int step();
   // Steps until no request is left.
