@@ -304,7 +304,7 @@ TEST_CASE("fault injection: allocation failures fail only their requests", "[eng
   struct Disarm {
     ~Disarm() { fault::disarm(); }
   } disarm_at_exit;
-  for (const char* site : {"kv.reserve", "kv.add_sequence", "kv.fork", "engine.forward"}) {
+  for (const char* site : {"kv.reserve", "kv.add_sequence", "kv.fork", "engine.forward", "sched.plan"}) {
     int64_t injected = 0;
     for (int nth = 1; nth <= 12; ++nth) {
       CAPTURE(site, nth);
@@ -353,4 +353,28 @@ TEST_CASE("fault injection: allocation failures fail only their requests", "[eng
     CAPTURE(site);
     CHECK(injected > 0);  // the site is really on the path
   }
+}
+
+TEST_CASE("fault injection: planning that keeps failing ends the requests instead of hanging", "[engine][sched][fault]") {
+  NEED_MODEL(model);
+  const auto p = model->tokenizer().encode("Once upon a time", true);
+  struct Disarm {
+    ~Disarm() { fault::disarm(); }
+  } disarm_at_exit;
+  EngineParams ep;
+  ep.n_threads = 1;
+  Engine e(*model, ep);
+  auto a = e.submit(greedy(p, 8));
+  auto b = e.submit(greedy(p, 8, 1));
+  fault::arm("sched.plan", 1, 1000000);
+  run_checked(e, 100);
+  fault::disarm();
+  for (auto& r : {a, b}) {
+    REQUIRE(r->finish_reason() == FinishReason::Error);
+    CHECK(r->status() == Status::OutOfMemory);
+  }
+  REQUIRE(e.kv().n_blocks_used() == 0);
+  auto c = e.submit(greedy(p, 8));
+  run_checked(e);
+  CHECK(c->finish_reason() == FinishReason::Length);
 }

@@ -164,7 +164,16 @@ void Engine::take_inbox() {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     arrived.swap(inbox_);
   }
-  for (auto& s : arrived) sched_.enqueue(std::move(s));
+  for (auto& s : arrived) {
+    try {
+      sched_.enqueue(s);
+    } catch (const std::bad_alloc&) {
+      // Not queued, so not lost: it (and any followers) ends now, with a reason.
+      s->request().finish(FinishReason::Error, Status::OutOfMemory, "out of memory while queueing the request");
+      for (auto& f : s->followers)
+        f->request().finish(FinishReason::Error, Status::OutOfMemory, "out of memory while queueing the request");
+    }
+  }
 }
 
 // The forward pass of one plan. On failure every request of the step ends
@@ -256,7 +265,21 @@ void Engine::postprocess(const StepPlan& plan) {
 
 int Engine::step() {
   take_inbox();
-  StepPlan plan = sched_.schedule();
+  StepPlan plan;
+  try {
+    plan = sched_.schedule();
+    plan_failures_ = 0;
+  } catch (const std::bad_alloc&) {
+    // Planning is retried next step (what it changed stays consistent: KV
+    // reservations are kept, nothing counts as computed). If it keeps
+    // failing, the requests end with OUT_OF_MEMORY rather than wait forever.
+    log(LogLevel::Error, "engine: out of memory while planning a step");
+    plan = StepPlan{};
+    if (++plan_failures_ >= 3) {
+      sched_.fail_all(Status::OutOfMemory, "out of memory while planning the engine's steps");
+      plan_failures_ = 0;
+    }
+  }
   if (!plan.empty()) {
     if (forward(plan)) {
       for (const StepPlan::Entry& e : plan.entries)

@@ -113,6 +113,7 @@ class Engine {
   Workspace ws_;
   std::vector<float> logits_;
   EngineStats stats_;
+  int plan_failures_ = 0;  // consecutive steps whose planning ran out of memory
   Clock::time_point created_;
 
   // Submissions from any thread land here; the stepping thread moves them to

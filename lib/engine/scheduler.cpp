@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <new>
 
+#include "core/fault.h"
 #include "core/log.h"
 
 namespace infer {
@@ -275,6 +276,7 @@ StepPlan Scheduler::schedule() {
 }
 
 void Scheduler::build_batch(StepPlan& plan) const {
+  fault::point("sched.plan");
   for (size_t e = 0; e < plan.entries.size(); ++e) {
     const StepPlan::Entry& en = plan.entries[e];
     const Sequence& s = *en.seq;
@@ -345,7 +347,10 @@ void Scheduler::retire() {
       }
     }
   };
-  ended.swap(dropped_);  // failed at admission, already out of the queues
+  // Room first: a failed allocation must leave every sequence in a queue.
+  ended.reserve(running_.size() + waiting_.size() + dropped_.size());
+  ended.insert(ended.end(), std::make_move_iterator(dropped_.begin()), std::make_move_iterator(dropped_.end()));
+  dropped_.clear();  // failed at admission, already out of the queues
   take_ended(running_);
   take_ended(waiting_);
   for (size_t first = 0; first < ended.size();) {
@@ -357,10 +362,17 @@ void Scheduler::retire() {
       ++n_finished_;
       // A leader that ended before its prompt was computed: its followers
       // compute the prompt on their own.
-      for (auto& f : s.followers) enqueue(std::move(f));
+      for (auto& f : s.followers) {
+        try {
+          enqueue(f);
+        } catch (const std::bad_alloc&) {
+          f->request().finish(FinishReason::Error, Status::OutOfMemory, "out of memory while queueing the sample");
+        }
+      }
       s.followers.clear();
     }
     first = end;
+    ended.reserve(ended.size() + waiting_.size());
     take_ended(waiting_);  // followers just queued that had ended as well
   }
 }
@@ -374,6 +386,16 @@ void Scheduler::cancel_all() {
     }
     retire();
   }
+}
+
+void Scheduler::fail_all(Status status, const char* message) {
+  auto fail_seq = [&](Sequence& q) {
+    q.request().finish(FinishReason::Error, status, message);
+    for (auto& f : q.followers) f->request().finish(FinishReason::Error, status, message);
+  };
+  for (auto& q : running_) fail_seq(*q);
+  for (auto& q : waiting_) fail_seq(*q);
+  for (auto& q : dropped_) fail_seq(*q);
 }
 
 }  // namespace infer

@@ -98,6 +98,9 @@ class Scheduler {
   void retire();
   // Finishes every sequence as cancelled and retires it (shutdown).
   void cancel_all();
+  // Ends every queued and running request with an error (the engine could not
+  // plan a step at all, repeatedly); retire() then releases them.
+  void fail_all(Status status, const char* message);
 
   bool admission_open() const;
   // Dynamic policy: when the waiting batch will be admitted even if it is not
