@@ -290,9 +290,14 @@ int Engine::step() {
     }
     ++stats_.n_steps;
   }
-  // Sequences that finished this step give their blocks back now.
-  sched_.retire();
-  publish_stats();
+  // Sequences that finished this step give their blocks back now (or, if
+  // that runs out of memory, at the start of the next step).
+  try {
+    sched_.retire();
+    publish_stats();
+  } catch (const std::bad_alloc&) {
+    log(LogLevel::Error, "engine: out of memory while retiring finished requests");
+  }
   std::lock_guard<std::mutex> lock(inbox_mu_);
   return static_cast<int>(sched_.running().size() + sched_.waiting().size() + inbox_.size());
 }

@@ -64,10 +64,14 @@ void EngineThread::loop() {
       const EngineStats after = engine_.stats();
       progress = after.n_steps != before.n_steps || after.n_finished != before.n_finished;
     } catch (const std::exception& e) {
-      // step() fails requests, not the engine; anything else is a bug worth a log line.
+      // step() fails requests, not the engine; anything else is a bug worth a
+      // log line. Work may remain: try again (after the idle back-off) rather
+      // than go idle with requests unfinished.
       log(LogLevel::Error, "engine thread: %s", e.what());
+      active = 1;
     } catch (...) {
       log(LogLevel::Error, "engine thread: unknown exception");
+      active = 1;
     }
     // The stepping thread's own view, taken before the lock (step() is ours).
     const Clock::time_point retry = progress ? Clock::time_point{} : next_attempt(Clock::now());
