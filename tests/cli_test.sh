@@ -307,6 +307,23 @@ expect_ok "run --no-prefix-cache --host-kv-mb"
 run_cli run -m "$MODEL" -p "hi" --kv-type q3
 expect_error "an unknown --kv-type"
 
+# --backend on every command that loads a model.
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 8 --backend cpu
+expect_ok "run --backend cpu"
+cp "$OUT" "$TMP/backend_cpu.txt"
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 8 --backend auto
+if [ "$RC" -eq 0 ] && cmp -s "$OUT" "$TMP/backend_cpu.txt"; then pass "run --backend auto = cpu"; else fail "run --backend auto" "$(said)"; fi
+run_cli run -m "$MODEL" -p "hi" -n 4 --backend cuda
+expect_error "run --backend cuda fails cleanly (no CUDA backend yet)"
+if grep -q "CUDA" "$ERR"; then pass "the --backend cuda error names CUDA"; else fail "--backend cuda message" "$(said)"; fi
+run_cli info -m "$MODEL" --backend gpu
+if [ "$RC" -eq 2 ]; then pass "an unknown --backend is a usage error"; else fail "--backend gpu" "$(said)"; fi
+for c in "info" "tokenize -p hi" "perplexity -f $SHARED/text/$(ls "$SHARED/text" 2>/dev/null | head -1) --ctx 32" "bench -p 4 -n 2 -r 1"; do
+  # shellcheck disable=SC2086
+  run_cli $c -m "$MODEL" --backend cpu
+  expect_ok "${c%% *} --backend cpu"
+done
+
 run_cli bench -m "$MODEL" -p 16 -n 8 -t 1 -r 1 --batch 1,4 --kv-type int8 --json
 expect_ok "bench --batch 1,4"
 if [ "$(grep -c '"batch"' "$OUT")" -eq 2 ]; then pass "bench --batch prints one line per size"; else fail "bench --batch" "$(cat "$OUT")"; fi

@@ -171,11 +171,21 @@ inline std::string num(double v) {
 }
 
 // RAII owners for the C handles.
+// --backend auto|cpu|cuda, taken by every command that loads a model.
+inline infer_backend backend_flag(const Args& a) {
+  const std::string b = a.has("--backend") ? a.get("--backend") : "auto";
+  if (b == "auto") return INFER_BACKEND_AUTO;
+  if (b == "cpu") return INFER_BACKEND_CPU;
+  if (b == "cuda") return INFER_BACKEND_CUDA;
+  throw UsageError{"--backend must be auto, cpu or cuda (got '" + b + "')"};
+}
+
 struct Model {
   infer_model* m = nullptr;
-  Model(const std::string& path, bool vocab_only = false) {
+  Model(const std::string& path, infer_backend backend, bool vocab_only = false) {
     infer_model_params p;
     infer_model_params_init(&p);
+    p.backend = backend;
     p.vocab_only = vocab_only ? 1 : 0;
     check(infer_model_load(path.c_str(), &p, &m), ("loading " + path).c_str());
   }

@@ -38,12 +38,12 @@ size_t count_tokens(infer_model* m, const std::string& text) {
 
 int cmd_chat(int argc, char** argv) {
   Args a(argc, argv, 2,
-         with({"-m", "--model", "--template", "--system", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
+         with({"-m", "--model", "--backend", "--template", "--system", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
                "--min-p", "--repeat-penalty", "--seed", "-t", "--threads", "--ctx"},
               kKvFlags),
          with({"--quiet", "--show-prompt", "--stats"}, kKvBoolFlags));
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
-  Model model(model_path(a));
+  Model model(model_path(a), backend_flag(a));
 
   // The template: given by name, else the model's own.
   std::string tmpl = a.get("--template");

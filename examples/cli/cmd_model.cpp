@@ -6,11 +6,11 @@ namespace {
 // ---- info ----
 
 int cmd_info(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-m", "--model"}, {"--json"});
+  Args a(argc, argv, 2, {"-m", "--model", "--backend"}, {"--json"});
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
   infer_model_params mp;
   infer_model_params_init(&mp);
-  Model model(model_path(a));
+  Model model(model_path(a), backend_flag(a));
   infer_model_info in;
   infer_model_info_init(&in);
   check(infer_model_get_info(model.m, &in), "reading model info");
@@ -53,12 +53,12 @@ int cmd_info(int argc, char** argv) {
 // ---- tokenize ----
 
 int cmd_tokenize(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-m", "--model", "-p", "--prompt", "-f", "--file"}, {"--no-bos", "--special"});
+  Args a(argc, argv, 2, {"-m", "--model", "--backend", "-p", "--prompt", "-f", "--file"}, {"--no-bos", "--special"});
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
   const bool has_p = a.has("-p") || a.has("--prompt"), has_f = a.has("-f") || a.has("--file");
   if (has_p == has_f) throw UsageError{"give exactly one of -p TEXT and -f FILE"};
   const std::string text = has_f ? read_file(a.get2("-f", "--file")) : a.get2("-p", "--prompt");
-  Model model(model_path(a), /*vocab_only=*/true);
+  Model model(model_path(a), backend_flag(a), /*vocab_only=*/true);
   const int32_t add_bos = a.flag("--no-bos") ? 0 : -1;
   const int32_t special = a.flag("--special") ? 1 : 0;
   size_t n = 0;

@@ -8,7 +8,7 @@ namespace {
 
 int cmd_run(int argc, char** argv) {
   Args a(argc, argv, 2,
-         with({"-m", "--model", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
+         with({"-m", "--model", "--backend", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
                "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty", "--presence-penalty", "--seed",
                "-t", "--threads", "--tokens", "--dump-logits", "--ctx", "--stop"},
               kKvFlags),
@@ -16,7 +16,7 @@ int cmd_run(int argc, char** argv) {
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
   const int sources = (a.has("-p") || a.has("--prompt")) + (a.has("-f") || a.has("--file")) + a.has("--tokens");
   if (sources > 1) throw UsageError{"give only one of -p, -f and --tokens"};
-  Model model(model_path(a));
+  Model model(model_path(a), backend_flag(a));
 
   infer_sampling_params sp;
   infer_sampling_params_init(&sp);

@@ -72,7 +72,7 @@ double percentile(std::vector<double> v, double p) {
 
 int cmd_bench_serve(int argc, char** argv) {
   Args a(argc, argv, 2,
-         with({"-m", "--model", "--requests", "--rate", "--policy", "--prompt-len", "--output-len", "--max-seqs",
+         with({"-m", "--model", "--backend", "--requests", "--rate", "--policy", "--prompt-len", "--output-len", "--max-seqs",
                "--max-batch-tokens", "--seed", "-t", "--threads", "--batch-timeout-ms", "--step-row-multiple",
                "--step-log"},
               kKvFlags),
@@ -86,7 +86,7 @@ int cmd_bench_serve(int argc, char** argv) {
   const Dist output_len = Dist::parse(a.get("--output-len", "lognormal:48:1.0"), "--output-len");
   std::mt19937_64 rng(static_cast<uint64_t>(a.get_int("--seed", "--seed", 1, 0, INT64_MAX)));
 
-  Model model(model_path(a));
+  Model model(model_path(a), backend_flag(a));
   infer_model_info info;
   infer_model_info_init(&info);
   check(infer_model_get_info(model.m, &info), "reading model info");

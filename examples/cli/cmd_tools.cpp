@@ -8,13 +8,13 @@ namespace {
 // ---- perplexity ----
 
 int cmd_perplexity(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-m", "--model", "-f", "--file", "--ctx", "-c", "-t", "--threads", "--base"}, {"--json"});
+  Args a(argc, argv, 2, {"-m", "--model", "--backend", "-f", "--file", "--ctx", "-c", "-t", "--threads", "--base"}, {"--json"});
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
   if (!a.has("-f") && !a.has("--file")) throw UsageError{"perplexity needs -f TEXT_FILE"};
   const std::string text = read_file(a.get2("-f", "--file"));
-  Model model(model_path(a));
+  Model model(model_path(a), backend_flag(a));
   std::unique_ptr<Model> base;
-  if (a.has("--base")) base = std::make_unique<Model>(a.get("--base"));
+  if (a.has("--base")) base = std::make_unique<Model>(a.get("--base"), backend_flag(a));
   infer_perplexity_params pp;
   infer_perplexity_params_init(&pp);
   pp.n_ctx = static_cast<int32_t>(a.get_int("--ctx", "-c", 0, 0, 1 << 20));
@@ -44,7 +44,7 @@ int cmd_perplexity(int argc, char** argv) {
 // ---- bench ----
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, 2, with({"-m", "--model", "-p", "-n", "-t", "--threads", "-r", "--reps", "--batch"}, kKvFlags),
+  Args a(argc, argv, 2, with({"-m", "--model", "--backend", "-p", "-n", "-t", "--threads", "-r", "--reps", "--batch"}, kKvFlags),
          with({"--json"}, kKvBoolFlags));
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
   // --batch 1,4,16: one measurement per batch size.
@@ -59,7 +59,7 @@ int cmd_bench(int argc, char** argv) {
       batches.push_back(static_cast<int32_t>(v));
     }
   }
-  Model model(model_path(a));
+  Model model(model_path(a), backend_flag(a));
   infer_engine_params ep;
   infer_engine_params_init(&ep);
   apply_kv_flags(a, ep);

@@ -14,6 +14,7 @@ void usage(std::FILE* f) {
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return std::strcmp(a.name, b.name) < 0; });
   for (const cli::Command& c : sorted) std::fprintf(f, "  %-11s %s\n", c.name, c.usage);
   std::fprintf(f, "\nMODEL defaults to %s\n", cli::kDefaultModel);
+  std::fprintf(f, "Every command that loads a model takes --backend auto|cpu|cuda (default auto: the best available)\n");
 }
 
 }  // namespace
