@@ -210,17 +210,17 @@ infer_status infer_model_load(const char* path, const infer_model_params* params
   return guarded([&] {
     const infer_model_params p = read_params(params, infer_model_params_init);
     const int64_t backend = infer::api::enum_value(p.backend);
-    if (backend == INFER_BACKEND_CUDA)
-      return fail(INFER_ERR_UNSUPPORTED, "the CUDA backend cannot run models yet in this version");
-    if (backend != INFER_BACKEND_AUTO && backend != INFER_BACKEND_CPU)
+    if (backend != INFER_BACKEND_AUTO && backend != INFER_BACKEND_CPU && backend != INFER_BACKEND_CUDA)
       return fail(INFER_ERR_INVALID_ARGUMENT, infer::strformat("unknown backend %lld", static_cast<long long>(backend)));
+    // Before reading the file: a backend that cannot run here fails at once.
+    const infer::BackendKind kind = infer::resolve_backend(static_cast<infer::BackendKind>(backend));
     infer::LoadOptions opts;
     opts.use_mmap = p.use_mmap != 0;
     opts.vocab_only = p.vocab_only != 0;
     auto m = std::make_unique<infer_model>();
     m->model = infer::Model::load(path, opts);
     // Weights are repacked for the backend now, not by the first request.
-    infer::prepare_model(*m->model, static_cast<infer::BackendKind>(backend), 0);
+    infer::prepare_model(*m->model, kind, 0);
     m->arch = m->model->config().arch;
     m->name = m->model->config().name;
     m->tokenizer = m->model->tokenizer().vocab().model;
