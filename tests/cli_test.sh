@@ -403,5 +403,75 @@ run_cli run -m "$MODEL" -p "hi" -n 2 --dump-logits "$TMP/no-such-dir/logits.bin"
 expect_error "--dump-logits to a path that cannot be written"
 if grep -q LeakSanitizer "$ERR"; then fail "--dump-logits failure leaks nothing" "$(said)"; else pass "--dump-logits failure leaks nothing"; fi
 
+# ---- the CLI explains itself (issue 17) --------------------------------------------------
+
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 16 --json
+verify "run --json: stdout is one JSON object with the text" keys "$OUT" text finish_reason
+if [ "$(wc -l <"$OUT")" -eq 1 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if len(d["text"]) > 0 else 1)' "$OUT"; then
+  pass "run --json: the whole stdout parses as one object, text not empty"
+else
+  fail "run --json: stdout is not exactly one JSON object" "$(head -c 500 "$OUT")"
+fi
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 16 --quiet
+if [ "$RC" -eq 0 ] && [ -s "$OUT" ] && ! grep -q "Once upon a time" "$OUT" && [ ! -s "$ERR" ]; then
+  pass "run --quiet: the generated text alone on stdout, nothing on stderr"
+else
+  fail "run --quiet" "$(said; head -c 300 "$OUT")"
+fi
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n -1 -c 24 --json
+verify "run -n -1 -c 24: generates until the context is full" eq "$OUT" generated_tokens 19
+verify "run -n -1 -c 24: says the context is full" eq "$OUT" context_full 1
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n -1 --ctx-size 12
+if [ "$RC" -eq 0 ] && grep -q "context is full" "$ERR"; then pass "run: running out of context says so"; else fail "run: context full message" "$(said)"; fi
+run_cli run -m "$TMP/no-such-model.gguf" -p "hi" --top-p 2
+if [ "$RC" -eq 2 ] && grep -q -- "--top-p" "$ERR" && ! grep -q "no-such-model" "$ERR"; then
+  pass "run --top-p 2 is refused before the model loads"
+else
+  fail "run --top-p 2 checked before loading" "$(said)"
+fi
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 8 --stop "xyz" --stop "girl"
+if [ "$RC" -eq 0 ] && ! grep -q "girl" "$OUT"; then pass "run --stop may be repeated"; else fail "run --stop twice" "$(said; cat "$OUT")"; fi
+# Ctrl-C: generation stops and the statistics still print (exit 130).
+timeout 300 "$INFER" run -m "$MODEL" -p "Once upon a time" -n -1 --ignore-eos --temp 0 >"$OUT" 2>"$ERR" &
+pid=$!
+sleep 0.5
+kill -INT $pid
+wait $pid
+RC=$?
+if [ "$RC" -eq 130 ] && grep -q "interrupted" "$ERR" && grep -q "generated" "$ERR"; then
+  pass "run: Ctrl-C stops generation and prints the statistics"
+else
+  fail "run: Ctrl-C (exit $RC)" "$(said)"
+fi
+# The default model is found from the executable, whatever the current directory.
+(cd / && INFER_SHARED_DIR= timeout 300 "$INFER" run -p "Once" -n 4 --temp 0 >"$OUT" 2>"$ERR")
+RC=$?
+if [ -z "${INFER_SHARED_DIR:-}" ]; then
+  if [ "$RC" -eq 0 ]; then pass "run from / finds the default model"; else fail "run from / finds the default model" "$(said)"; fi
+fi
+run_cli tokenize -m "$MODEL" -p "Once upon a time" --show-text
+if [ "$RC" -eq 0 ] && grep -q "' upon'" "$OUT"; then pass "tokenize --show-text"; else fail "tokenize --show-text" "$(said; cat "$OUT")"; fi
+run_cli tokenize -m "$MODEL" -p "Once upon a time"
+ids=$(cat "$OUT")
+# shellcheck disable=SC2086
+run_cli detokenize -m "$MODEL" $ids
+if [ "$RC" -eq 0 ] && [ "$(cat "$OUT")" = "Once upon a time" ]; then pass "detokenize inverts tokenize"; else fail "detokenize" "$(said; cat "$OUT")"; fi
+run_cli detokenize -m "$MODEL" 1 99999
+expect_error "detokenize with an id out of range"
+printf 'hello\n' | timeout 300 "$INFER" chat -m "$MODEL" -n 4 --temp 0 >"$OUT" 2>"$ERR"
+RC=$?
+if [ "$RC" -eq 0 ] && grep -q "has no chat template; using the chatml template" "$ERR"; then
+  pass "chat falls back to chatml with a notice when the model has no template"
+else
+  fail "chat fallback" "$(said)"
+fi
+printf 'hello\n' | timeout 300 "$INFER" chat -m "$MODEL" --template foo >"$OUT" 2>"$ERR"
+RC=$?
+if [ "$RC" -eq 2 ] && grep -q "chatml" "$ERR" && ! grep -q "chat template: foo" "$ERR"; then
+  pass "chat --template foo lists the templates, announces nothing"
+else
+  fail "chat --template foo" "$(said)"
+fi
+
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

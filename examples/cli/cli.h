@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,10 @@
 
 namespace cli {
 
-inline const char* kDefaultModel = "../shared/models/stories260K.gguf";
+// The model used when -m is not given: stories260K.gguf from the shared data
+// directory, looked for where the program is, not where it is run from
+// (default_model() in cli.cpp).
+std::string default_model();
 
 struct UsageError {
   std::string msg;
@@ -33,18 +37,61 @@ struct ApiError {
   std::string msg;
 };
 
+// `infer CMD --help` / `-h`: thrown by Args once the whole command line has
+// parsed; main prints the command's help.
+struct HelpRequested {};
+
 inline void check(infer_status st, const char* what) {
   if (st != INFER_OK)
     throw ApiError{std::string(what) + ": " + infer_status_string(st) + ": " + infer_last_error()};
 }
 
-// Minimal flag parser: flags that take a value, boolean flags, positionals.
+// One flag of a command: the parser accepts exactly the flags of the
+// command's table, and `infer CMD --help` prints the same table, so the two
+// cannot drift apart.
+struct Flag {
+  const char* names;  // "-n, --n-predict": every spelling, comma separated
+  const char* arg;    // the value's placeholder ("N"), or nullptr for a switch
+  const char* def;    // the default as shown in the help, or nullptr
+  const char* help;   // one line
+};
+using FlagTable = std::vector<Flag>;
+
+inline FlagTable operator+(FlagTable a, const FlagTable& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The spellings of a table entry ("-n, --n-predict" -> {"-n", "--n-predict"}).
+inline std::vector<std::string> flag_names(const Flag& f) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* p = f.names;; ++p) {
+    if (*p == ',' || *p == ' ' || *p == '\0') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+      if (*p == '\0') break;
+    } else {
+      cur += *p;
+    }
+  }
+  return out;
+}
+
+// Flag parser over a command's table: flags that take a value (`--x V` or
+// `--x=V`), switches, positionals. -h/--help is accepted everywhere.
+// Querying a flag that the table does not declare is a bug (std::logic_error),
+// so every flag a command reads is one its help shows.
 class Args {
  public:
-  Args(int argc, char** argv, int first, const std::vector<std::string>& valued, const std::vector<std::string>& boolean) {
+  Args(int argc, char** argv, int first, const FlagTable& table) : table_(table) {
     for (int i = first; i < argc; ++i) {
       std::string a = argv[i];
       if (a.size() > 1 && a[0] == '-') {
+        if (a == "-h" || a == "--help") {
+          help_ = true;
+          continue;
+        }
         std::string value;
         bool has_eq = false;
         if (a.rfind("--", 0) == 0) {
@@ -55,61 +102,103 @@ class Args {
             has_eq = true;
           }
         }
-        if (contains(valued, a)) {
+        const Flag* f = find(a);
+        if (!f) throw UsageError{"unknown flag " + a + " (see --help)"};
+        const std::string key = canonical(*f);
+        if (f->arg) {
           if (!has_eq) {
-            if (i + 1 >= argc) throw UsageError{"flag " + a + " needs a value"};
+            if (i + 1 >= argc) throw UsageError{"flag " + a + " needs a value (" + f->arg + ")"};
             value = argv[++i];
           }
-          values_[a] = value;
-        } else if (contains(boolean, a)) {
-          if (has_eq) throw UsageError{"flag " + a + " takes no value"};
-          flags_[a] = true;
+          values_[key] = value;
+          all_[key].push_back(value);
+          spelled_[key] = a;
         } else {
-          throw UsageError{"unknown flag " + a};
+          if (has_eq) throw UsageError{"flag " + a + " takes no value"};
+          flags_[key] = true;
         }
       } else {
         positionals_.push_back(a);
       }
     }
+    if (help_) throw HelpRequested{};
   }
-  bool has(const std::string& k) const { return values_.count(k) || flags_.count(k); }
+  // Any spelling of a flag names it ("-n" and "--n-predict" are the same flag).
+  bool has(const std::string& k) const {
+    const std::string c = key(k);
+    return values_.count(c) || flags_.count(c);
+  }
   std::string get(const std::string& k, const std::string& def = "") const {
-    auto it = values_.find(k);
+    auto it = values_.find(key(k));
     return it == values_.end() ? def : it->second;
   }
   std::string get2(const std::string& a, const std::string& b, const std::string& def = "") const {
     return has(a) ? get(a) : get(b, def);
   }
-  bool flag(const std::string& k) const { return flags_.count(k) > 0; }
+  bool flag(const std::string& k) const { return flags_.count(key(k)) > 0; }
+  // Every value of a flag given several times, in order.
+  std::vector<std::string> get_all(const std::string& k) const {
+    auto it = all_.find(key(k));
+    return it == all_.end() ? std::vector<std::string>{} : it->second;
+  }
   const std::vector<std::string>& positionals() const { return positionals_; }
 
   long long get_int(const std::string& a, const std::string& b, long long def, long long lo, long long hi) const {
-    if (!has(a) && !has(b)) return def;
-    const std::string s = has(a) ? get(a) : get(b);
+    const std::string k = has(a) ? a : b;
+    if (!has(k)) return def;
+    const std::string s = get(k);
+    const std::string shown = spelling(k);
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end || errno) throw UsageError{"expected an integer for " + (has(a) ? a : b) + ", got '" + s + "'"};
+    if (s.empty() || *end || errno) throw UsageError{"expected an integer for " + shown + ", got '" + s + "'"};
     if (v < lo || v > hi)
-      throw UsageError{(has(a) ? a : b) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"};
+      throw UsageError{shown + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + s};
     return v;
+  }
+  long long get_int(const std::string& k, long long def, long long lo, long long hi) const {
+    return get_int(k, k, def, lo, hi);
   }
   double get_float(const std::string& k, double def) const {
     if (!has(k)) return def;
     const std::string s = get(k);
     char* end = nullptr;
     const double v = std::strtod(s.c_str(), &end);
-    if (s.empty() || *end || !std::isfinite(v)) throw UsageError{"expected a number for " + k + ", got '" + s + "'"};
+    if (s.empty() || *end || !std::isfinite(v))
+      throw UsageError{"expected a number for " + spelling(k) + ", got '" + s + "'"};
     return v;
+  }
+  double get_float(const std::string& k, double def, double lo, double hi, const char* range) const {
+    const double v = get_float(k, def);
+    if (!(v >= lo && v <= hi)) throw UsageError{spelling(k) + " must be in " + range + ", got " + get(k)};
+    return v;
+  }
+  void no_positionals() const {
+    if (!positionals_.empty()) throw UsageError{"unexpected argument '" + positionals_[0] + "'"};
   }
 
  private:
-  static bool contains(const std::vector<std::string>& v, const std::string& s) {
-    for (const auto& x : v)
-      if (x == s) return true;
-    return false;
+  const Flag* find(const std::string& name) const {
+    for (const Flag& f : table_)
+      for (const std::string& n : flag_names(f))
+        if (n == name) return &f;
+    return nullptr;
   }
+  static std::string canonical(const Flag& f) { return flag_names(f).back(); }
+  std::string key(const std::string& name) const {
+    const Flag* f = find(name);
+    if (!f) throw std::logic_error("the command reads flag " + name + ", which its flag table does not declare");
+    return canonical(*f);
+  }
+  std::string spelling(const std::string& name) const {
+    auto it = spelled_.find(key(name));
+    return it == spelled_.end() ? name : it->second;
+  }
+  const FlagTable& table_;
+  bool help_ = false;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> spelled_;
+  std::map<std::string, std::vector<std::string>> all_;
   std::map<std::string, bool> flags_;
   std::vector<std::string> positionals_;
 };
@@ -170,7 +259,6 @@ inline std::string num(double v) {
   return b;
 }
 
-// RAII owners for the C handles.
 // --backend auto|cpu|cuda, taken by every command that loads a model.
 inline infer_backend backend_flag(const Args& a) {
   const std::string b = a.has("--backend") ? a.get("--backend") : "auto";
@@ -180,6 +268,7 @@ inline infer_backend backend_flag(const Args& a) {
   throw UsageError{"--backend must be auto, cpu or cuda (got '" + b + "')"};
 }
 
+// RAII owners for the C handles.
 struct Model {
   infer_model* m = nullptr;
   Model(const std::string& path, infer_backend backend, bool vocab_only = false) {
@@ -190,24 +279,53 @@ struct Model {
     check(infer_model_load(path.c_str(), &p, &m), ("loading " + path).c_str());
   }
   ~Model() { infer_model_free(m); }
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 };
 
 struct Engine {
   infer_engine* e = nullptr;
   Engine(infer_model* m, const infer_engine_params& p) { check(infer_engine_create(m, &p, &e), "creating the engine"); }
   ~Engine() { infer_engine_free(e); }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 };
 
-inline std::string model_path(const Args& a) { return a.get2("-m", "--model", kDefaultModel); }
+inline std::string model_path(const Args& a) { return a.has("--model") ? a.get("--model") : default_model(); }
 
-// KV cache flags shared by run, bench and chat.
-inline const std::vector<std::string> kKvFlags = {"--kv-type", "--kv-budget-mb", "--kv-block", "--host-kv-mb"};
-inline const std::vector<std::string> kKvBoolFlags = {"--no-prefix-cache"};
+// ---- flag groups shared by several commands ----
 
-inline std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+// -m and --backend: every command that loads a model.
+inline const FlagTable kModelFlags = {
+    {"-m, --model", "MODEL", "stories260K.gguf of the shared data", "the GGUF model to load"},
+    {"--backend", "auto|cpu|cuda", "auto", "compute backend (auto: the best available)"},
+};
+inline const FlagTable kThreadFlags = {
+    {"-t, --threads", "N", "0 (all cores)", "compute threads"},
+};
+inline const FlagTable kCtxFlags = {
+    {"-c, --ctx-size, --ctx", "N", "0 (the model's context)", "tokens per sequence (prompt + output)"},
+};
+// The KV cache: run, chat, bench, bench-serve, serve.
+inline const FlagTable kKvFlags = {
+    {"--kv-type", "f32|f16|int8", "f32", "KV cache element type"},
+    {"--kv-budget-mb", "N", "0 (enough for every sequence, at most 1024)", "KV cache size in MiB"},
+    {"--kv-block", "N", "16", "tokens per KV block"},
+    {"--host-kv-mb", "N", "0 (off)", "host-memory KV tier for preempted sequences and evicted prefixes, MiB"},
+    {"--no-prefix-cache", nullptr, nullptr, "do not share the KV blocks of common prompt prefixes"},
+};
+// Sampling: run, chat, serve (serve's are request defaults).
+inline const FlagTable kSamplingFlags = {
+    {"--temp", "T", "0.8", "temperature; 0 is greedy"},
+    {"--top-k", "K", "40", "keep the K most likely tokens; 0 off"},
+    {"--top-p", "P", "0.95", "nucleus sampling, in (0, 1]; 1 off"},
+    {"--min-p", "P", "0.05", "drop tokens below P times the best one's probability, in [0, 1]; 0 off"},
+    {"--repeat-penalty", "R", "1 (off)", "divide repeated tokens' logits by R (> 0)"},
+    {"--repeat-last-n", "N", "64", "tokens the penalties look back at; -1 all"},
+    {"--frequency-penalty", "F", "0", "subtract F times each token's count"},
+    {"--presence-penalty", "P", "0", "subtract P from every token already seen"},
+    {"--seed", "S", "0", "random seed (same seed, same output)"},
+};
 
 inline void apply_kv_flags(const Args& a, infer_engine_params& ep) {
   const std::string t = a.get("--kv-type", "f32");
@@ -215,10 +333,26 @@ inline void apply_kv_flags(const Args& a, infer_engine_params& ep) {
   else if (t == "f16") ep.kv_type = INFER_KV_F16;
   else if (t == "int8" || t == "i8" || t == "q8") ep.kv_type = INFER_KV_INT8;
   else throw UsageError{"--kv-type must be f32, f16 or int8, not '" + t + "'"};
-  ep.kv_budget_bytes = static_cast<uint64_t>(a.get_int("--kv-budget-mb", "--kv-budget-mb", 0, 0, 1 << 20)) << 20;
-  ep.kv_block_size = static_cast<int32_t>(a.get_int("--kv-block", "--kv-block", 16, 1, 1024));
-  ep.host_kv_budget_bytes = static_cast<uint64_t>(a.get_int("--host-kv-mb", "--host-kv-mb", 0, 0, 1 << 20)) << 20;
+  ep.kv_budget_bytes = static_cast<uint64_t>(a.get_int("--kv-budget-mb", 0, 0, 1 << 20)) << 20;
+  ep.kv_block_size = static_cast<int32_t>(a.get_int("--kv-block", 16, 1, 1024));
+  ep.host_kv_budget_bytes = static_cast<uint64_t>(a.get_int("--host-kv-mb", 0, 0, 1 << 20)) << 20;
   ep.prefix_caching = a.flag("--no-prefix-cache") ? 0 : 1;
+}
+
+// The sampling flags, checked (before any model loads).
+inline infer_sampling_params sampling_flags(const Args& a) {
+  infer_sampling_params sp;
+  infer_sampling_params_init(&sp);
+  sp.temperature = static_cast<float>(a.get_float("--temp", sp.temperature, 0, 1e6, "[0, 1e6]"));
+  sp.top_k = static_cast<int32_t>(a.get_int("--top-k", sp.top_k, -1, 1 << 30));
+  sp.top_p = static_cast<float>(a.get_float("--top-p", sp.top_p, 1e-9, 1, "(0, 1]"));
+  sp.min_p = static_cast<float>(a.get_float("--min-p", sp.min_p, 0, 1, "[0, 1]"));
+  sp.repeat_penalty = static_cast<float>(a.get_float("--repeat-penalty", sp.repeat_penalty, 1e-6, 1e6, "(0, 1e6]"));
+  sp.penalty_last_n = static_cast<int32_t>(a.get_int("--repeat-last-n", sp.penalty_last_n, -1, 1 << 30));
+  sp.frequency_penalty = static_cast<float>(a.get_float("--frequency-penalty", sp.frequency_penalty, -1e6, 1e6, "[-1e6, 1e6]"));
+  sp.presence_penalty = static_cast<float>(a.get_float("--presence-penalty", sp.presence_penalty, -1e6, 1e6, "[-1e6, 1e6]"));
+  sp.seed = static_cast<uint64_t>(a.get_int("--seed", 0, 0, INT64_MAX));
+  return sp;
 }
 
 inline const char* kv_type_name(infer_kv_type t) {
@@ -235,11 +369,20 @@ inline int32_t print_token(infer_request*, int32_t, const char* text, size_t len
   return 0;
 }
 
+// Ctrl-C during generation: the first one sets a flag that token callbacks
+// turn into a cancel (the command then prints what it has), the second one
+// ends the program as usual.
+bool interrupted();
+void catch_interrupt();
+
 // A subcommand: `infer NAME ...`. Each cmd_*.cpp registers its own with a
 // static Register object, so adding a command touches no other file.
 struct Command {
   const char* name;
-  const char* usage;  // one or more lines shown by `infer --help`
+  const char* summary;   // one line for `infer --help`
+  const char* synopsis;  // "infer run [options]" line(s)
+  const FlagTable* flags;
+  const char* notes;     // more text after the flags, or nullptr
   int (*run)(int argc, char** argv);  // argv[1] is the command name
 };
 
@@ -251,5 +394,9 @@ inline std::vector<Command>& commands() {
 struct Register {
   explicit Register(Command c) { commands().push_back(c); }
 };
+
+// The help of one command: synopsis, then every flag of its table with its
+// value and default.
+void print_command_help(const Command& c, std::FILE* f);
 
 }  // namespace cli

@@ -36,50 +36,68 @@ size_t count_tokens(infer_model* m, const std::string& text) {
   return n;
 }
 
+const FlagTable kChatFlags = kModelFlags + FlagTable{
+    {"--template", "NAME", "the model's own, else chatml", "chat template (a built-in name; see the list below)"},
+    {"--system", "TEXT", nullptr, "system prompt"},
+    {"-n, --n-predict", "N", "256", "most tokens per reply"},
+} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + FlagTable{
+    {"--show-prompt", nullptr, nullptr, "print each rendered prompt to stderr"},
+    {"--stats", nullptr, nullptr, "print each turn's token counts and speed to stderr"},
+    {"--quiet", nullptr, nullptr, "do not print the replies"},
+};
+
+std::string template_names() {
+  std::string out;
+  for (int32_t i = 0; i < infer_chat_template_count(); ++i) out += std::string(i ? ", " : "") + infer_chat_template_name(i);
+  return out;
+}
+
+bool known_template(const std::string& name) {
+  for (int32_t i = 0; i < infer_chat_template_count(); ++i)
+    if (name == infer_chat_template_name(i)) return true;
+  return false;
+}
+
 int cmd_chat(int argc, char** argv) {
-  Args a(argc, argv, 2,
-         with({"-m", "--model", "--backend", "--template", "--system", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
-               "--min-p", "--repeat-penalty", "--seed", "-t", "--threads", "--ctx"},
-              kKvFlags),
-         with({"--quiet", "--show-prompt", "--stats"}, kKvBoolFlags));
-  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
+  Args a(argc, argv, 2, kChatFlags);
+  a.no_positionals();
+  std::string tmpl = a.get("--template");
+  if (a.has("--template") && !known_template(tmpl))
+    throw UsageError{"unknown chat template '" + tmpl + "'; the templates are: " + template_names()};
+  infer_sampling_params sp = sampling_flags(a);
+  const int32_t n_predict = static_cast<int32_t>(a.get_int("-n", "--n-predict", 256, 1, 1 << 24));
+  infer_engine_params ep;
+  infer_engine_params_init(&ep);
+  ep.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
+  ep.max_seqs = 1;
+  ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
+  apply_kv_flags(a, ep);
   Model model(model_path(a), backend_flag(a));
 
-  // The template: given by name, else the model's own.
-  std::string tmpl = a.get("--template");
-  const bool own_template = tmpl.empty();
+  // The template: given by name, else the model's own, else chatml (with a notice).
+  bool own_template = tmpl.empty();
   if (own_template) {
     size_t need = 0;
     infer_status st = infer_chat_template_detect(model.m, nullptr, 0, &need);
-    if (st == INFER_ERR_NOT_FOUND || st == INFER_ERR_UNSUPPORTED)
-      throw ApiError{std::string(infer_last_error()) + " (choose one with --template NAME)"};
-    if (st != INFER_ERR_BUFFER_TOO_SMALL) check(st, "detecting the chat template");
-    tmpl.assign(need, '\0');
-    check(infer_chat_template_detect(model.m, tmpl.data(), tmpl.size(), &need), "detecting the chat template");
-    tmpl.resize(need - 1);
+    if (st == INFER_ERR_NOT_FOUND || st == INFER_ERR_UNSUPPORTED) {
+      std::fprintf(stderr, "note: %s; using the chatml template (choose another with --template NAME: %s)\n",
+                   st == INFER_ERR_NOT_FOUND ? "the model has no chat template" : "the model's chat template is not one libinfer knows",
+                   template_names().c_str());
+      tmpl = "chatml";
+      own_template = false;
+    } else {
+      if (st != INFER_ERR_BUFFER_TOO_SMALL) check(st, "detecting the chat template");
+      tmpl.assign(need, '\0');
+      check(infer_chat_template_detect(model.m, tmpl.data(), tmpl.size(), &need), "detecting the chat template");
+      tmpl.resize(need - 1);
+    }
   }
   std::vector<std::string> stops;
   for (int32_t i = 0; const char* s = infer_chat_template_stop(tmpl.c_str(), i); ++i) stops.emplace_back(s);
   std::vector<const char*> stop_ptrs;
   for (const auto& s : stops) stop_ptrs.push_back(s.c_str());
 
-  infer_sampling_params sp;
-  infer_sampling_params_init(&sp);
-  sp.temperature = static_cast<float>(a.get_float("--temp", sp.temperature));
-  sp.top_k = static_cast<int32_t>(a.get_int("--top-k", "--top-k", sp.top_k, -1, 1 << 30));
-  sp.top_p = static_cast<float>(a.get_float("--top-p", sp.top_p));
-  sp.min_p = static_cast<float>(a.get_float("--min-p", sp.min_p));
-  sp.repeat_penalty = static_cast<float>(a.get_float("--repeat-penalty", sp.repeat_penalty));
-  sp.seed = static_cast<uint64_t>(a.get_int("--seed", "--seed", 0, 0, INT64_MAX));
-  const int32_t n_predict = static_cast<int32_t>(a.get_int("-n", "--n-predict", 256, 1, 1 << 24));
-
   // One engine for the whole conversation.
-  infer_engine_params ep;
-  infer_engine_params_init(&ep);
-  ep.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
-  ep.max_seqs = 1;
-  ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx", "--ctx", 0, 0, 1 << 24));
-  apply_kv_flags(a, ep);
   Engine engine(model.m, ep);
   infer_model_info info;
   infer_model_info_init(&info);
@@ -164,11 +182,13 @@ int cmd_chat(int argc, char** argv) {
   return 0;
 }
 
-const Register kChat{{"chat",
-                      "chat with a model: -m MODEL [--template NAME] [--system TEXT] [-n N] [--temp T]\n"
-                      "              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-                      "              [-t THREADS] [--ctx N] [--show-prompt] [--stats] [--quiet] [KV flags];\n"
-                      "              reads user lines from stdin until EOF or /exit",
+const Register kChat{{"chat", "chat with a model, one user line at a time from stdin",
+                      "infer chat [-m MODEL] [--template NAME] [--system TEXT] [-n N] [sampling] [options]",
+                      &kChatFlags,
+                      "Reads user lines from stdin (a terminal or a pipe) until EOF or /exit; replies stream to stdout.\n"
+                      "The oldest turns are dropped when the conversation outgrows the context.\n"
+                      "Templates: llama2 llama3 llama3.1 chatml mistral-v0 mistral-v1 mistral-v3 mistral-v3-tekken\n"
+                      "mistral-v7 phi3 gemma zephyr deepseek deepseek2 deepseek3",
                       cmd_chat}};
 }  // namespace
 }  // namespace cli

@@ -5,11 +5,13 @@ namespace {
 
 // ---- info ----
 
+const FlagTable kInfoFlags = kModelFlags + FlagTable{
+    {"--json", nullptr, nullptr, "one JSON object on stdout"},
+};
+
 int cmd_info(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-m", "--model", "--backend"}, {"--json"});
-  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
-  infer_model_params mp;
-  infer_model_params_init(&mp);
+  Args a(argc, argv, 2, kInfoFlags);
+  a.no_positionals();
   Model model(model_path(a), backend_flag(a));
   infer_model_info in;
   infer_model_info_init(&in);
@@ -52,12 +54,43 @@ int cmd_info(int argc, char** argv) {
 
 // ---- tokenize ----
 
+const FlagTable kTokenizeFlags = kModelFlags + FlagTable{
+    {"-p, --prompt", "TEXT", nullptr, "the text to tokenize"},
+    {"-f, --file", "FILE", nullptr, "read the text from FILE"},
+    {"--no-bos", nullptr, nullptr, "do not add the BOS token"},
+    {"--special", nullptr, nullptr, "parse special-token text such as <s>"},
+    {"--show-text", nullptr, nullptr, "one token per line: its id and the text it stands for"},
+};
+
+// The bytes of one token, printable: control characters and invalid UTF-8
+// escaped.
+std::string piece_text(infer_model* m, int32_t id) {
+  char buf[256];
+  size_t n = 0;
+  if (infer_token_piece(m, id, buf, sizeof buf, &n) != INFER_OK) return "?";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = static_cast<unsigned char>(buf[i]);
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\\') out += "\\\\";
+    else if (c < 0x20 || c == 0x7f) {
+      char e[8];
+      std::snprintf(e, sizeof e, "\\x%02x", c);
+      out += e;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 int cmd_tokenize(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-m", "--model", "--backend", "-p", "--prompt", "-f", "--file"}, {"--no-bos", "--special"});
-  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
-  const bool has_p = a.has("-p") || a.has("--prompt"), has_f = a.has("-f") || a.has("--file");
+  Args a(argc, argv, 2, kTokenizeFlags);
+  a.no_positionals();
+  const bool has_p = a.has("--prompt"), has_f = a.has("--file");
   if (has_p == has_f) throw UsageError{"give exactly one of -p TEXT and -f FILE"};
-  const std::string text = has_f ? read_file(a.get2("-f", "--file")) : a.get2("-p", "--prompt");
+  const std::string text = has_f ? read_file(a.get("--file")) : a.get("--prompt");
   Model model(model_path(a), backend_flag(a), /*vocab_only=*/true);
   const int32_t add_bos = a.flag("--no-bos") ? 0 : -1;
   const int32_t special = a.flag("--special") ? 1 : 0;
@@ -69,6 +102,10 @@ int cmd_tokenize(int argc, char** argv) {
     st = infer_tokenize(model.m, text.data(), text.size(), add_bos, special, ids.data(), ids.size(), &n);
   }
   check(st, "tokenizing");
+  if (a.flag("--show-text")) {
+    for (size_t i = 0; i < n; ++i) std::printf("%6d  '%s'\n", ids[i], piece_text(model.m, ids[i]).c_str());
+    return 0;
+  }
   std::string out;
   for (size_t i = 0; i < n; ++i) {
     if (i) out += ' ';
@@ -78,7 +115,55 @@ int cmd_tokenize(int argc, char** argv) {
   return 0;
 }
 
-const Register kInfo{{"info", "describe a model: -m MODEL [--json]", cmd_info}};
-const Register kTokenize{{"tokenize", "print token ids: -m MODEL (-p TEXT | -f FILE) [--no-bos] [--special]", cmd_tokenize}};
+// ---- detokenize ----
+
+const FlagTable kDetokenizeFlags = kModelFlags + FlagTable{
+    {"-f, --file", "FILE", nullptr, "read the token ids from FILE"},
+    {"--special", nullptr, nullptr, "write control tokens such as <s> too"},
+};
+
+int cmd_detokenize(int argc, char** argv) {
+  Args a(argc, argv, 2, kDetokenizeFlags);
+  std::string words;
+  for (const std::string& p : a.positionals()) words += p + " ";
+  if (a.has("--file")) words += read_file(a.get("--file"));
+  std::vector<int32_t> ids;
+  {
+    std::istringstream in(words);
+    std::string w;
+    while (in >> w) {
+      // Accept "1 2 3", "1,2,3" and "[1, 2, 3]".
+      std::string clean;
+      for (char c : w) clean += (c == ',' || c == '[' || c == ']') ? ' ' : c;
+      std::istringstream parts(clean);
+      std::string p;
+      while (parts >> p) {
+        char* end = nullptr;
+        errno = 0;
+        const long v = std::strtol(p.c_str(), &end, 10);
+        if (*end || errno || v < INT32_MIN || v > INT32_MAX) throw UsageError{"'" + p + "' is not a token id"};
+        ids.push_back(static_cast<int32_t>(v));
+      }
+    }
+  }
+  if (ids.empty()) throw UsageError{"give token ids as arguments or with -f FILE"};
+  Model model(model_path(a), backend_flag(a), /*vocab_only=*/true);
+  size_t need = 0;
+  const int32_t special = a.flag("--special") ? 1 : 0;
+  infer_status st = infer_detokenize(model.m, ids.data(), ids.size(), special, nullptr, 0, &need);
+  if (st != INFER_ERR_BUFFER_TOO_SMALL) check(st, "detokenizing");
+  std::string text(need, '\0');
+  check(infer_detokenize(model.m, ids.data(), ids.size(), special, text.data(), text.size(), &need), "detokenizing");
+  text.resize(need ? need - 1 : 0);
+  std::printf("%s\n", text.c_str());
+  return 0;
+}
+
+const Register kInfo{{"info", "describe a model", "infer info [-m MODEL] [--json]", &kInfoFlags, nullptr, cmd_info}};
+const Register kTokenize{{"tokenize", "text to token ids", "infer tokenize [-m MODEL] (-p TEXT | -f FILE) [options]",
+                          &kTokenizeFlags, nullptr, cmd_tokenize}};
+const Register kDetokenize{{"detokenize", "token ids to text", "infer detokenize [-m MODEL] (ID... | -f FILE) [--special]",
+                            &kDetokenizeFlags, "IDs may be separated by spaces or commas (the output of infer tokenize).",
+                            cmd_detokenize}};
 }  // namespace
 }  // namespace cli

@@ -44,9 +44,20 @@ struct Progress {
   }
 };
 
+const FlagTable kQuantizeFlags = {
+    {"--method", "rtn|gptq|awq", "rtn", "how weights are rounded (gptq and awq need --calib)"},
+    {"--calib", "FILE", nullptr, "calibration text for gptq / awq"},
+    {"--group", "N", "128", "int4 group size: 32, 64 or 128"},
+    {"-t, --threads", "N", "0 (all cores)", "threads"},
+    {"--calib-ctx", "N", "256", "tokens per calibration window"},
+    {"--calib-tokens", "N", "8192", "most calibration tokens"},
+    {"--damp", "F", "0.01", "GPTQ dampening (fraction of the mean Hessian diagonal)"},
+    {"--act-order", nullptr, nullptr, "GPTQ: columns in order of decreasing Hessian diagonal"},
+    {"--quiet", nullptr, nullptr, "no progress bar"},
+};
+
 int cmd_quantize(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--method", "--calib", "--group", "--threads", "-t", "--calib-ctx", "--calib-tokens", "--damp"},
-         {"--act-order", "--quiet"});
+  Args a(argc, argv, 2, kQuantizeFlags);
   const auto& pos = a.positionals();
   if (pos.size() != 3)
     throw UsageError{"usage: infer quantize IN.gguf OUT.gguf TYPE [--method rtn|gptq|awq] [--calib FILE] [--group N] "
@@ -54,7 +65,7 @@ int cmd_quantize(int argc, char** argv) {
   infer_quantize_params p;
   infer_quantize_params_init(&p);
   p.type = pos[2].c_str();
-  p.group_size = static_cast<int32_t>(a.get_int("--group", "--group", 128, 1, 1 << 20));
+  p.group_size = static_cast<int32_t>(a.get_int("--group", 128, 1, 1 << 20));
   const std::string method = a.get("--method", "rtn");
   if (method == "rtn") p.method = INFER_QUANT_RTN;
   else if (method == "gptq") p.method = INFER_QUANT_GPTQ;
@@ -64,9 +75,9 @@ int cmd_quantize(int argc, char** argv) {
   if (a.has("--calib")) calib = read_file(a.get("--calib"));
   if (p.method != INFER_QUANT_RTN && calib.empty()) throw UsageError{"--method " + method + " needs --calib FILE"};
   p.calib_text = calib.empty() ? nullptr : calib.c_str();
-  p.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
-  p.calib_ctx = static_cast<int32_t>(a.get_int("--calib-ctx", "--calib-ctx", 256, 2, 1 << 20));
-  p.max_calib_tokens = static_cast<int32_t>(a.get_int("--calib-tokens", "--calib-tokens", 8192, 2, 1 << 24));
+  p.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
+  p.calib_ctx = static_cast<int32_t>(a.get_int("--calib-ctx", 256, 2, 1 << 20));
+  p.max_calib_tokens = static_cast<int32_t>(a.get_int("--calib-tokens", 8192, 2, 1 << 24));
   p.gptq_damp = static_cast<float>(a.get_float("--damp", 0.01));
   p.act_order = a.flag("--act-order") ? 1 : 0;
   Progress prog;
@@ -86,24 +97,34 @@ int cmd_quantize(int argc, char** argv) {
   return 0;
 }
 
+const FlagTable kSynthFlags = {
+    {"--preset", "NAME", nullptr, "model shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, qwen2-0.5b, tiny (--list)"},
+    {"--type", "TYPE", "f16", "weight format (as for quantize)"},
+    {"-o, --output", "OUT.gguf", nullptr, "the file to write (required)"},
+    {"--group", "N", "128", "int4 group size"},
+    {"--seed", "S", "1", "random seed of the weights"},
+    {"-t, --threads", "N", "0 (all cores)", "threads"},
+    {"--list", nullptr, nullptr, "print the preset names"},
+    {"--quiet", nullptr, nullptr, "no progress bar"},
+};
+
 int cmd_synth(int argc, char** argv) {
-  Args a(argc, argv, 2, {"--preset", "--type", "-o", "--output", "--group", "--seed", "--threads", "-t"},
-         {"--list", "--quiet"});
+  Args a(argc, argv, 2, kSynthFlags);
   if (a.flag("--list")) {
     for (int32_t i = 0; const char* n = infer_synth_preset_name(i); ++i) std::printf("%s\n", n);
     return 0;
   }
   if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
-  if (!a.has("--preset") || (!a.has("-o") && !a.has("--output")))
+  if (!a.has("--preset") || !a.has("--output"))
     throw UsageError{"usage: infer synth --preset NAME --type TYPE -o OUT.gguf [--group N] [--seed N] [--threads N]"};
-  const std::string preset = a.get("--preset"), type = a.get("--type", "f16"), out = a.get2("-o", "--output");
+  const std::string preset = a.get("--preset"), type = a.get("--type", "f16"), out = a.get("--output");
   infer_synth_params p;
   infer_synth_params_init(&p);
   p.preset = preset.c_str();
   p.type = type.c_str();
-  p.group_size = static_cast<int32_t>(a.get_int("--group", "--group", 128, 1, 1 << 20));
-  p.seed = static_cast<uint64_t>(a.get_int("--seed", "--seed", 1, 0, INT64_MAX));
-  p.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
+  p.group_size = static_cast<int32_t>(a.get_int("--group", 128, 1, 1 << 20));
+  p.seed = static_cast<uint64_t>(a.get_int("--seed", 1, 0, INT64_MAX));
+  p.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
   Progress prog;
   if (!a.flag("--quiet")) {
     p.progress = Progress::cb;
@@ -117,12 +138,14 @@ int cmd_synth(int argc, char** argv) {
   return 0;
 }
 
-const Register kQuantize{{"quantize", "IN.gguf OUT.gguf TYPE [--method rtn|gptq|awq] [--calib FILE] [--group N]\n"
-                                     "              [--threads N] [--act-order] [--damp F] [--calib-ctx N] [--quiet]\n"
-                                     "              TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k f16 bf16 w8a8 int4",
+const Register kQuantize{{"quantize", "convert a model's weights to another format",
+                          "infer quantize IN.gguf OUT.gguf TYPE [--method rtn|gptq|awq] [--calib FILE] [options]",
+                          &kQuantizeFlags,
+                          "TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k f16 bf16 w8a8 int4 (int4_g32, int4_g64, int4_g128)",
                           cmd_quantize}};
-const Register kSynth{{"synth", "--preset NAME --type TYPE -o OUT.gguf [--group N] [--seed N] [--threads N] | --list",
-                       cmd_synth}};
+const Register kSynth{{"synth", "write a random-weight model with a real model's shapes",
+                       "infer synth --preset NAME [--type TYPE] -o OUT.gguf [options] | infer synth --list", &kSynthFlags,
+                       nullptr, cmd_synth}};
 
 }  // namespace
 }  // namespace cli

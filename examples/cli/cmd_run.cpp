@@ -6,45 +6,48 @@ namespace {
 
 // ---- run ----
 
+const FlagTable kRunFlags = kModelFlags + FlagTable{
+    {"-p, --prompt", "TEXT", "\"\" (BOS alone)", "the prompt"},
+    {"-f, --file", "FILE", nullptr, "read the prompt from FILE"},
+    {"--tokens", "FILE", nullptr, "the prompt as token ids (whitespace separated), used as they are"},
+    {"-n, --n-predict", "N", "128", "tokens to generate; -1: until end of text or the context is full"},
+    {"--stop", "STR", nullptr, "stop before this text (may be repeated)"},
+    {"--ignore-eos", nullptr, nullptr, "keep generating after the end-of-text token"},
+    {"--no-bos", nullptr, nullptr, "do not add the BOS token to a text prompt"},
+    {"--special", nullptr, nullptr, "parse special-token text such as <s> in the prompt"},
+} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + FlagTable{
+    {"--dump-logits", "OUT.f32", nullptr, "write every position's logits row (float32 x n_vocab) to OUT.f32"},
+    {"--json", nullptr, nullptr, "print one JSON object (text and statistics) on stdout instead of streaming"},
+    {"--quiet", nullptr, nullptr, "print only the generated text (no prompt echo, no statistics)"},
+};
+
+struct RunOutput {
+  bool stream = true;
+};
+
+int32_t run_token(infer_request*, int32_t, const char* text, size_t len, void* user) {
+  if (static_cast<RunOutput*>(user)->stream) {
+    std::fwrite(text, 1, len, stdout);
+    std::fflush(stdout);
+  }
+  return interrupted() ? 1 : 0;  // Ctrl-C: cancel; the statistics still print
+}
+
 int cmd_run(int argc, char** argv) {
-  Args a(argc, argv, 2,
-         with({"-m", "--model", "--backend", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "--temp", "--top-k", "--top-p",
-               "--min-p", "--repeat-penalty", "--repeat-last-n", "--frequency-penalty", "--presence-penalty", "--seed",
-               "-t", "--threads", "--tokens", "--dump-logits", "--ctx", "--stop"},
-              kKvFlags),
-         with({"--json", "--no-bos", "--special", "--ignore-eos", "--quiet"}, kKvBoolFlags));
-  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
-  const int sources = (a.has("-p") || a.has("--prompt")) + (a.has("-f") || a.has("--file")) + a.has("--tokens");
+  Args a(argc, argv, 2, kRunFlags);
+  a.no_positionals();
+  const int sources = a.has("--prompt") + a.has("--file") + a.has("--tokens");
   if (sources > 1) throw UsageError{"give only one of -p, -f and --tokens"};
-  Model model(model_path(a), backend_flag(a));
-
-  infer_sampling_params sp;
-  infer_sampling_params_init(&sp);
-  sp.temperature = static_cast<float>(a.get_float("--temp", sp.temperature));
-  sp.top_k = static_cast<int32_t>(a.get_int("--top-k", "--top-k", sp.top_k, -1, 1 << 30));
-  sp.top_p = static_cast<float>(a.get_float("--top-p", sp.top_p));
-  sp.min_p = static_cast<float>(a.get_float("--min-p", sp.min_p));
-  sp.repeat_penalty = static_cast<float>(a.get_float("--repeat-penalty", sp.repeat_penalty));
-  sp.penalty_last_n = static_cast<int32_t>(a.get_int("--repeat-last-n", "--repeat-last-n", sp.penalty_last_n, -1, 1 << 30));
-  sp.frequency_penalty = static_cast<float>(a.get_float("--frequency-penalty", sp.frequency_penalty));
-  sp.presence_penalty = static_cast<float>(a.get_float("--presence-penalty", sp.presence_penalty));
-  sp.seed = static_cast<uint64_t>(a.get_int("--seed", "--seed", 0, 0, INT64_MAX));
-
+  // Every argument is checked before the model loads.
+  infer_sampling_params sp = sampling_flags(a);
+  const long long n_predict = a.get_int("-n", "--n-predict", 128, -1, 1 << 24);
   infer_engine_params ep;
   infer_engine_params_init(&ep);
-  ep.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
+  ep.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
   ep.max_seqs = 1;
-  ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx", "--ctx", 0, 0, 1 << 24));
+  ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
   apply_kv_flags(a, ep);
-  Engine engine(model.m, ep);
-
-  infer_request_params rp;
-  infer_request_params_init(&rp);
-  rp.max_tokens = static_cast<int32_t>(a.get_int("-n", "--n-predict", 128, 0, 1 << 24));
-  rp.sampling = &sp;
-  rp.add_bos = a.flag("--no-bos") ? 0 : -1;
-  rp.parse_special = a.flag("--special") ? 1 : 0;
-  rp.ignore_eos = a.flag("--ignore-eos") ? 1 : 0;
+  const bool json = a.flag("--json"), quiet = a.flag("--quiet");
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
   if (a.has("--tokens")) {
@@ -57,32 +60,49 @@ int cmd_run(int argc, char** argv) {
       prompt_tokens.push_back(static_cast<int32_t>(v));
     }
     if (prompt_tokens.empty()) throw UsageError{"--tokens: the file holds no token ids"};
+  } else {
+    prompt = a.has("--file") ? read_file(a.get("--file")) : a.get("--prompt", "");
+  }
+
+  Model model(model_path(a), backend_flag(a));
+  Engine engine(model.m, ep);
+  infer_model_info info;
+  infer_model_info_init(&info);
+  check(infer_model_get_info(model.m, &info), "reading model info");
+  const int32_t n_ctx = ep.n_ctx > 0 ? ep.n_ctx : info.n_ctx_train;
+
+  infer_request_params rp;
+  infer_request_params_init(&rp);
+  rp.max_tokens = n_predict < 0 ? n_ctx : static_cast<int32_t>(n_predict);
+  rp.sampling = &sp;
+  rp.add_bos = a.flag("--no-bos") ? 0 : -1;
+  rp.parse_special = a.flag("--special") ? 1 : 0;
+  rp.ignore_eos = a.flag("--ignore-eos") ? 1 : 0;
+  if (!prompt_tokens.empty()) {
     rp.prompt_tokens = prompt_tokens.data();
     rp.n_prompt_tokens = prompt_tokens.size();
   } else {
-    prompt = a.has("-f") || a.has("--file") ? read_file(a.get2("-f", "--file")) : a.get2("-p", "--prompt", "");
     rp.prompt = prompt.c_str();
     rp.prompt_len = prompt.size();
-    if (prompt.empty()) rp.prompt_len = 0;
   }
-  std::vector<std::string> stops;
-  if (a.has("--stop")) stops.push_back(a.get("--stop"));
+  const std::vector<std::string> stops = a.get_all("--stop");
   std::vector<const char*> stop_ptrs;
   for (auto& s : stops) stop_ptrs.push_back(s.c_str());
   rp.stop = stop_ptrs.empty() ? nullptr : stop_ptrs.data();
   rp.n_stop = stop_ptrs.size();
   const bool dump = a.has("--dump-logits");
   if (dump) rp.logits = INFER_LOGITS_PROMPT | INFER_LOGITS_GENERATED;
-  const bool quiet = a.flag("--quiet");
-  rp.on_token = print_token;
-  rp.user_data = const_cast<bool*>(&quiet);
+  RunOutput out;
+  out.stream = !json;
+  rp.on_token = run_token;
+  rp.user_data = &out;
 
   infer_request* req = nullptr;
   check(infer_submit(engine.e, &rp, &req), "submitting the request");
   // Freed on every path out, including the errors thrown below.
   const std::unique_ptr<infer_request, void (*)(infer_request*)> req_owner(req, infer_request_free);
   // Echo the prompt as text (the reference output includes it).
-  if (!quiet) {
+  if (!quiet && !json) {
     std::vector<int32_t> ids = prompt_tokens;
     if (ids.empty() && !prompt.empty()) {
       size_t n = 0;
@@ -98,12 +118,13 @@ int cmd_run(int argc, char** argv) {
     std::fwrite(echo.data(), 1, echo.size(), stdout);
     std::fflush(stdout);
   }
+  catch_interrupt();
   const infer_status st = infer_engine_run(engine.e);
   check(st, "generating");
   infer_request_stats s;
   infer_request_stats_init(&s);
   infer_request_get_stats(req, &s);
-  if (!quiet) std::fputc('\n', stdout);
+  if (!json) std::fputc('\n', stdout);
   if (s.finish_reason == INFER_FINISH_ERROR) {
     const std::string msg = infer_request_error(req);
     throw ApiError{"generation failed: " + msg};
@@ -118,35 +139,48 @@ int cmd_run(int argc, char** argv) {
     const bool ok = (n == 0 || std::fwrite(data, sizeof(float), n, f) == n);
     if (std::fclose(f) != 0 || !ok) throw UsageError{"cannot write '" + a.get("--dump-logits") + "'"};
   }
-  if (a.flag("--json")) {
-    static const char* reasons[] = {"none", "stop", "length", "cancelled", "error"};
+  size_t need = 0;
+  infer_request_text(req, nullptr, 0, &need);
+  std::string text(need, '\0');
+  check(infer_request_text(req, text.data(), text.size(), &need), "reading the text");
+  text.resize(need ? need - 1 : 0);
+  // Why it stopped, when the reason is not the obvious one.
+  std::string note;
+  if (s.finish_reason == INFER_FINISH_CANCELLED) note = "interrupted";
+  else if (s.finish_reason == INFER_FINISH_LENGTH && s.n_prompt_tokens + s.n_generated_tokens >= n_ctx)
+    note = "the context is full (" + std::to_string(n_ctx) + " tokens; -c N sets it)";
+  static const char* reasons[] = {"none", "stop", "length", "cancelled", "error"};
+  if (json) {
     infer_engine_stats es;
     infer_engine_stats_init(&es);
     check(infer_engine_get_stats(engine.e, &es), "reading engine stats");
-    std::printf("{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"cached_prompt_tokens\": %d, \"ttft_ms\": %s, "
+    std::printf("{\"text\": \"%s\", \"prompt_tokens\": %d, \"generated_tokens\": %d, \"cached_prompt_tokens\": %d, \"ttft_ms\": %s, "
                 "\"tpot_ms\": %s, \"prefill_tokens_per_s\": %s, \"decode_tokens_per_s\": %s, \"total_ms\": %s, "
-                "\"finish_reason\": \"%s\", \"kv_type\": \"%s\", \"kv_block_size\": %d, \"kv_blocks_total\": %d, "
+                "\"finish_reason\": \"%s\", \"context_full\": %s, \"n_ctx\": %d, \"kv_type\": \"%s\", \"kv_block_size\": %d, \"kv_blocks_total\": %d, "
                 "\"kv_blocks_used\": %d, \"kv_blocks_free\": %d, \"kv_blocks_cached\": %d, \"kv_bytes_total\": %llu, "
                 "\"kv_bytes_used\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_query_tokens\": %llu}\n",
-                s.n_prompt_tokens, s.n_generated_tokens, s.n_cached_tokens, num(s.ttft_ms).c_str(),
+                json_escape(text).c_str(), s.n_prompt_tokens, s.n_generated_tokens, s.n_cached_tokens, num(s.ttft_ms).c_str(),
                 num(s.tpot_ms).c_str(), num(s.prefill_tokens_per_s).c_str(), num(s.decode_tokens_per_s).c_str(),
-                num(s.total_ms).c_str(), reasons[s.finish_reason], kv_type_name(es.kv_type), es.kv_block_size,
+                num(s.total_ms).c_str(), reasons[s.finish_reason],
+                s.finish_reason == INFER_FINISH_LENGTH && s.n_prompt_tokens + s.n_generated_tokens >= n_ctx ? "true" : "false",
+                n_ctx, kv_type_name(es.kv_type), es.kv_block_size,
                 es.kv_blocks_total, es.kv_blocks_used, es.kv_blocks_free, es.kv_blocks_cached,
                 (unsigned long long)es.kv_bytes_total, (unsigned long long)es.kv_bytes_used,
                 (unsigned long long)es.prefix_hit_tokens, (unsigned long long)es.prefix_query_tokens);
-  } else {
+  } else if (!quiet) {
+    if (!note.empty()) std::fprintf(stderr, "\n[stopped: %s]", note.c_str());
     std::fprintf(stderr, "\n%d prompt tokens, %d generated; TTFT %.2f ms, TPOT %.2f ms; prefill %.1f tok/s, decode %.1f tok/s\n",
                  s.n_prompt_tokens, s.n_generated_tokens, s.ttft_ms, s.tpot_ms, s.prefill_tokens_per_s,
                  s.decode_tokens_per_s);
   }
-  return 0;
+  return s.finish_reason == INFER_FINISH_CANCELLED ? 130 : 0;
 }
 
-const Register kRun{{"run",
-                     "generate text: -m MODEL [-p PROMPT | -f FILE | --tokens FILE] [-n N] [--temp T]\n"
-                     "              [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [-t THREADS]\n"
-                     "              [--stop STR] [--dump-logits OUT] [--kv-type f32|f16|int8] [--kv-budget-mb N]\n"
-                     "              [--kv-block N] [--host-kv-mb N] [--no-prefix-cache] [--json]",
+const Register kRun{{"run", "generate text from a prompt",
+                     "infer run [-m MODEL] [-p PROMPT | -f FILE | --tokens IDS_FILE] [-n N] [sampling] [options]",
+                     &kRunFlags,
+                     "Prints the prompt, then streams the continuation; statistics go to stderr. Ctrl-C stops the\n"
+                     "generation and prints the statistics so far (exit status 130).",
                      cmd_run}};
 }  // namespace
 }  // namespace cli

@@ -70,22 +70,36 @@ double percentile(std::vector<double> v, double p) {
   return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
 }
 
+const FlagTable kBenchServeFlags = kModelFlags + FlagTable{
+    {"--requests", "N", "100", "requests to send"},
+    {"--rate", "R", "10", "mean arrivals per second (Poisson); 0: all at once"},
+    {"--policy", "static|dynamic|continuous", "continuous", "batching policy"},
+    {"--prompt-len", "DIST", "lognormal:32:0.8", "prompt lengths"},
+    {"--output-len", "DIST", "lognormal:48:1.0", "output lengths"},
+    {"--max-seqs", "N", "16", "sequences decoded together"},
+    {"--max-batch-tokens", "N", "512", "tokens per forward step"},
+    {"--batch-timeout-ms", "MS", "50", "dynamic policy: longest wait for a full batch"},
+    {"--step-row-multiple", "N", "0 (16)", "continuous policy: step rows end on a multiple of N (1: off)"},
+    {"--seed", "S", "1", "seed of the workload"},
+} + kThreadFlags + kKvFlags + FlagTable{
+    {"--step-log", "FILE", nullptr, "write one line per engine step (rows, sequences, forward time)"},
+    {"--json", nullptr, nullptr, "one JSON object on stdout"},
+};
+
 int cmd_bench_serve(int argc, char** argv) {
-  Args a(argc, argv, 2,
-         with({"-m", "--model", "--backend", "--requests", "--rate", "--policy", "--prompt-len", "--output-len", "--max-seqs",
-               "--max-batch-tokens", "--seed", "-t", "--threads", "--batch-timeout-ms", "--step-row-multiple",
-               "--step-log"},
-              kKvFlags),
-         with({"--json"}, kKvBoolFlags));
-  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
-  const int32_t n_requests = static_cast<int32_t>(a.get_int("--requests", "--requests", 100, 1, 1000000));
+  Args a(argc, argv, 2, kBenchServeFlags);
+  a.no_positionals();
+  const int32_t n_requests = static_cast<int32_t>(a.get_int("--requests", 100, 1, 1000000));
   const double rate = a.get_float("--rate", 10.0);  // requests per second; 0: all at once
   if (rate < 0) throw UsageError{"--rate must be >= 0"};
   const std::string policy = a.get("--policy", "continuous");
   const Dist prompt_len = Dist::parse(a.get("--prompt-len", "lognormal:32:0.8"), "--prompt-len");
   const Dist output_len = Dist::parse(a.get("--output-len", "lognormal:48:1.0"), "--output-len");
-  std::mt19937_64 rng(static_cast<uint64_t>(a.get_int("--seed", "--seed", 1, 0, INT64_MAX)));
+  std::mt19937_64 rng(static_cast<uint64_t>(a.get_int("--seed", 1, 0, INT64_MAX)));
 
+  if (policy != "continuous" && policy != "static" && policy != "dynamic")
+    throw UsageError{"--policy must be static, dynamic or continuous"};
+  (void)backend_flag(a);
   Model model(model_path(a), backend_flag(a));
   infer_model_info info;
   infer_model_info_init(&info);
@@ -93,15 +107,12 @@ int cmd_bench_serve(int argc, char** argv) {
   infer_engine_params ep;
   infer_engine_params_init(&ep);
   apply_kv_flags(a, ep);
-  ep.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
-  ep.max_seqs = static_cast<int32_t>(a.get_int("--max-seqs", "--max-seqs", 16, 1, 65536));
-  ep.max_batch_tokens = static_cast<int32_t>(a.get_int("--max-batch-tokens", "--max-batch-tokens", 512, 1, 1 << 20));
+  ep.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
+  ep.max_seqs = static_cast<int32_t>(a.get_int("--max-seqs", 16, 1, 65536));
+  ep.max_batch_tokens = static_cast<int32_t>(a.get_int("--max-batch-tokens", 512, 1, 1 << 20));
   ep.batch_timeout_ms = a.get_float("--batch-timeout-ms", 50);
-  ep.step_row_multiple = static_cast<int32_t>(a.get_int("--step-row-multiple", "--step-row-multiple", 0, 0, 4096));
-  if (policy == "continuous") ep.policy = INFER_POLICY_CONTINUOUS;
-  else if (policy == "static") ep.policy = INFER_POLICY_STATIC;
-  else if (policy == "dynamic") ep.policy = INFER_POLICY_DYNAMIC;
-  else throw UsageError{"--policy must be static, dynamic or continuous"};
+  ep.step_row_multiple = static_cast<int32_t>(a.get_int("--step-row-multiple", 0, 0, 4096));
+  ep.policy = policy == "static" ? INFER_POLICY_STATIC : policy == "dynamic" ? INFER_POLICY_DYNAMIC : INFER_POLICY_CONTINUOUS;
   // --step-log FILE: the engine's per-step debug lines (rows, sequences,
   // attended positions, forward time), for seeing where serving time goes.
   struct StepLog {
@@ -205,12 +216,9 @@ int cmd_bench_serve(int argc, char** argv) {
   return errors ? 1 : 0;
 }
 
-const Register kServe{{"bench-serve",
-                       "serving benchmark: -m MODEL --requests N --rate R --policy static|dynamic|continuous\n"
-                       "              [--prompt-len DIST] [--output-len DIST] [--max-seqs N] [--max-batch-tokens N]\n"
-                       "              [--step-row-multiple N] [--seed S] [--json] [--step-log FILE]\n"
-                       "              (DIST: N, uniform:A:B, exp:MEAN, lognormal:MEDIAN:SIGMA)",
-                       cmd_bench_serve}};
+const Register kServe{{"bench-serve", "open-loop serving benchmark: Poisson arrivals, TTFT/TPOT percentiles",
+                       "infer bench-serve [-m MODEL] --requests N --rate R --policy static|dynamic|continuous [options]",
+                       &kBenchServeFlags, "DIST: N, uniform:A:B, exp:MEAN, lognormal:MEDIAN:SIGMA", cmd_bench_serve}};
 
 }  // namespace
 }  // namespace cli

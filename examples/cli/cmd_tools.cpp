@@ -7,18 +7,28 @@ namespace {
 
 // ---- perplexity ----
 
+const FlagTable kPerplexityFlags = kModelFlags + FlagTable{
+    {"-f, --file", "FILE", nullptr, "the text to score (required)"},
+    {"-c, --ctx-size, --ctx", "N", "0 (the model's context, at most 512)", "tokens per window"},
+    {"-t, --threads", "N", "0 (all cores)", "compute threads"},
+    {"--base", "MODEL", nullptr, "compare with this model (same vocabulary): KL divergence, top-1 agreement"},
+    {"--json", nullptr, nullptr, "one JSON object on stdout"},
+};
+
 int cmd_perplexity(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-m", "--model", "--backend", "-f", "--file", "--ctx", "-c", "-t", "--threads", "--base"}, {"--json"});
-  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
-  if (!a.has("-f") && !a.has("--file")) throw UsageError{"perplexity needs -f TEXT_FILE"};
-  const std::string text = read_file(a.get2("-f", "--file"));
+  Args a(argc, argv, 2, kPerplexityFlags);
+  a.no_positionals();
+  if (!a.has("--file")) throw UsageError{"perplexity needs -f TEXT_FILE"};
+  const int32_t n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 20));
+  const int32_t n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
+  const std::string text = read_file(a.get("--file"));
   Model model(model_path(a), backend_flag(a));
   std::unique_ptr<Model> base;
   if (a.has("--base")) base = std::make_unique<Model>(a.get("--base"), backend_flag(a));
   infer_perplexity_params pp;
   infer_perplexity_params_init(&pp);
-  pp.n_ctx = static_cast<int32_t>(a.get_int("--ctx", "-c", 0, 0, 1 << 20));
-  pp.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 0, 0, 1024));
+  pp.n_ctx = n_ctx;
+  pp.n_threads = n_threads;
   pp.base = base ? base->m : nullptr;
   infer_perplexity_result r;
   std::memset(&r, 0, sizeof r);
@@ -43,10 +53,19 @@ int cmd_perplexity(int argc, char** argv) {
 
 // ---- bench ----
 
+const FlagTable kBenchFlags = kModelFlags + FlagTable{
+    {"-p", "N", "64", "prompt tokens per sequence"},
+    {"-n", "N", "32", "generated tokens per sequence"},
+    {"-t, --threads", "N", "2", "compute threads (0: all cores)"},
+    {"-r, --reps", "N", "3", "repetitions (the best counts)"},
+    {"--batch", "B1,B2,...", "1", "sequences decoded together; one measurement per size"},
+} + kKvFlags + FlagTable{
+    {"--json", nullptr, nullptr, "one JSON object per batch size on stdout"},
+};
+
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, 2, with({"-m", "--model", "--backend", "-p", "-n", "-t", "--threads", "-r", "--reps", "--batch"}, kKvFlags),
-         with({"--json"}, kKvBoolFlags));
-  if (!a.positionals().empty()) throw UsageError{"unexpected argument '" + a.positionals()[0] + "'"};
+  Args a(argc, argv, 2, kBenchFlags);
+  a.no_positionals();
   // --batch 1,4,16: one measurement per batch size.
   std::vector<int32_t> batches;
   {
@@ -59,17 +78,18 @@ int cmd_bench(int argc, char** argv) {
       batches.push_back(static_cast<int32_t>(v));
     }
   }
-  Model model(model_path(a), backend_flag(a));
   infer_engine_params ep;
   infer_engine_params_init(&ep);
   apply_kv_flags(a, ep);
+  infer_bench_params base;
+  infer_bench_params_init(&base);
+  base.n_prompt = static_cast<int32_t>(a.get_int("-p", 64, 1, 1 << 20));
+  base.n_gen = static_cast<int32_t>(a.get_int("-n", 32, 0, 1 << 20));
+  base.n_threads = static_cast<int32_t>(a.get_int("--threads", 2, 0, 1024));
+  base.repetitions = static_cast<int32_t>(a.get_int("--reps", 3, 1, 1000));
+  Model model(model_path(a), backend_flag(a));
   for (int32_t batch : batches) {
-    infer_bench_params bp;
-    infer_bench_params_init(&bp);
-    bp.n_prompt = static_cast<int32_t>(a.get_int("-p", "-p", 64, 1, 1 << 20));
-    bp.n_gen = static_cast<int32_t>(a.get_int("-n", "-n", 32, 0, 1 << 20));
-    bp.n_threads = static_cast<int32_t>(a.get_int("-t", "--threads", 2, 0, 1024));
-    bp.repetitions = static_cast<int32_t>(a.get_int("-r", "--reps", 3, 1, 1000));
+    infer_bench_params bp = base;
     bp.batch = batch;
     bp.engine = &ep;
     infer_bench_result r;
@@ -92,22 +112,30 @@ int cmd_bench(int argc, char** argv) {
 
 // ---- convert ----
 
+const FlagTable kConvertFlags = {
+    {"-o, --output", "OUT.gguf", nullptr, "the GGUF file to write (required)"},
+};
+
 int cmd_convert(int argc, char** argv) {
-  Args a(argc, argv, 2, {"-o", "--output"}, {});
+  Args a(argc, argv, 2, kConvertFlags);
   const auto& pos = a.positionals();
   if (pos.empty() || pos[0] != "llama2c")
     throw UsageError{"usage: infer convert llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf"};
-  if (pos.size() != 3 || !a.has("-o") && !a.has("--output"))
+  if (pos.size() != 3 || !a.has("--output"))
     throw UsageError{"usage: infer convert llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf"};
-  const std::string out = a.get2("-o", "--output");
+  const std::string out = a.get("--output");
   check(infer_convert_llama2c(pos[1].c_str(), pos[2].c_str(), out.c_str()), "converting");
   std::fprintf(stderr, "wrote %s\n", out.c_str());
   return 0;
 }
 
-const Register kPerplexity{{"perplexity", "-m MODEL -f TEXT [--ctx N] [-t N] [--base MODEL] [--json]", cmd_perplexity}};
-const Register kBench{{"bench", "prefill and decode speed: -m MODEL [-p 64] [-n 32] [-t 2] [-r 3] [--batch 1,4,16]\n"
-                               "              [--kv-type T] [--kv-budget-mb N] [--kv-block N] [--no-prefix-cache] [--json]", cmd_bench}};
-const Register kConvert{{"convert", "llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf", cmd_convert}};
+const Register kPerplexity{{"perplexity", "perplexity of a model on a text (and the comparison with a base model)",
+                            "infer perplexity [-m MODEL] -f TEXT [-c N] [--base MODEL] [--json]", &kPerplexityFlags,
+                            nullptr, cmd_perplexity}};
+const Register kBench{{"bench", "prefill and decode speed", "infer bench [-m MODEL] [-p 64] [-n 32] [-t 2] [--batch 1,4,16] [options]",
+                       &kBenchFlags, nullptr, cmd_bench}};
+const Register kConvert{{"convert", "convert a llama2.c checkpoint to GGUF",
+                         "infer convert llama2c CHECKPOINT.bin TOKENIZER.bin -o OUT.gguf", &kConvertFlags, nullptr,
+                         cmd_convert}};
 }  // namespace
 }  // namespace cli
