@@ -1,0 +1,94 @@
+// infer serve: the OpenAI-style request bodies, parsed and checked into plain
+// structs before anything touches the engine. No HTTP and no libinfer here,
+// so the parser can be fuzzed on its own (tests/fuzz/fuzz_serve_request.cpp).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace serve {
+
+// A request the server refuses: HTTP status, OpenAI error type, the field
+// at fault ("" when none) and a code ("invalid_type", "invalid_value", ...).
+struct RequestError {
+  int status = 400;
+  std::string message;
+  std::string param;
+  std::string code = "invalid_value";
+  std::string type = "invalid_request_error";
+};
+
+struct ChatMessage {
+  std::string role;  // system, user or assistant ("developer" is read as system)
+  std::string content;
+};
+
+enum class Endpoint { Chat, Completion };
+
+enum class ResponseFormat { Text, JsonObject, JsonSchema };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::Completion;
+  std::string model;
+  // Chat: the conversation. Completion: one or more prompts, each text or
+  // token ids (a prompt given as ids has text empty and use_tokens set).
+  std::vector<ChatMessage> messages;
+  struct Prompt {
+    std::string text;
+    std::vector<int32_t> tokens;
+    bool use_tokens = false;
+  };
+  std::vector<Prompt> prompts;
+
+  std::optional<int32_t> max_tokens;  // max_tokens or max_completion_tokens
+  std::optional<double> temperature, top_p, min_p, presence_penalty, frequency_penalty, repetition_penalty;
+  std::optional<int32_t> top_k;
+  std::optional<int64_t> seed;
+  int32_t n = 1;
+  std::vector<std::string> stop;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  bool logprobs = false;   // chat: logprobs: true; completion: logprobs: N
+  int32_t top_logprobs = 0;
+  bool echo = false;       // completion only
+  bool stream = false;
+  bool include_usage = false;
+  bool ignore_eos = false;  // extension (vLLM, llama-server)
+  ResponseFormat response_format = ResponseFormat::Text;
+  std::string json_schema;  // response_format json_schema: the schema, serialised
+  std::string grammar;      // extension: a GBNF grammar
+  std::string user;
+};
+
+struct Limits {
+  int32_t max_n = 16;          // n at most (the engine's max_seqs)
+  int32_t max_stop = 16;
+  int32_t max_top_logprobs = 20;
+  size_t max_messages = 4096;
+  size_t max_prompts = 64;
+};
+
+// Parses a chat (/v1/chat/completions) or completion (/v1/completions)
+// body. Unknown fields are ignored; null is the same as absent. Returns
+// the request, or fills *err and returns nullopt.
+std::optional<CompletionRequest> parse_completion_request(const std::string& body, Endpoint endpoint,
+                                                          const Limits& limits, RequestError* err);
+
+// /tokenize: {"content": "...", "add_special": bool, "with_pieces": bool}
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = true;
+  bool parse_special = false;
+  bool with_pieces = false;
+};
+std::optional<TokenizeRequest> parse_tokenize_request(const std::string& body, RequestError* err);
+
+// /detokenize: {"tokens": [ids]}
+std::optional<std::vector<int32_t>> parse_detokenize_request(const std::string& body, RequestError* err);
+
+// {"error": {"message", "type", "param", "code"}} as JSON text.
+std::string error_body(const RequestError& e);
+
+}  // namespace serve

@@ -1,0 +1,797 @@
+// infer serve: an OpenAI-compatible HTTP server on libinfer's background
+// engine. It uses only include/infer/infer.h (like the rest of the CLI),
+// cpp-httplib for HTTP and nlohmann-json for JSON.
+//
+// Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize,
+// /detokenize; GET /v1/models, /v1/models/{id}, /health, /metrics.
+// Requests are parsed and checked by request.cpp, then submitted to one
+// engine whose thread batches every request in flight (continuous
+// batching, prefix caching). A reply streams as server-sent events or is
+// returned whole; a client that goes away cancels its request.
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "../cli/cli.h"
+#include "metrics.h"
+#include "request.h"
+
+namespace cli {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const FlagTable kServeFlags = kModelFlags + FlagTable{
+    {"--host", "ADDR", "127.0.0.1", "address to listen on"},
+    {"--port", "N", "8080", "port to listen on (0: any free port; the port is printed)"},
+    {"--api-key", "KEY", "none ($INFER_API_KEY)", "require 'Authorization: Bearer KEY' on every endpoint but /health"},
+    {"--alias", "NAME", "the model file's name", "the model id clients see in /v1/models"},
+    {"--template", "NAME", "the model's own, else chatml", "chat template for /v1/chat/completions"},
+    {"--max-seqs, --parallel, -np", "N", "16", "sequences decoded together (and the most n per request)"},
+    {"--max-batch-tokens", "N", "512", "tokens per forward step"},
+} + kCtxFlags + kThreadFlags + kKvFlags + FlagTable{
+    {"--max-body-mb", "N", "8", "largest request body, MiB (larger: 413)"},
+    {"--max-connections", "N", "64", "connections served at once (threads of the HTTP pool)"},
+    {"--max-queue", "N", "256", "generation requests in flight at once (more: 429)"},
+    {"--timeout", "SEC", "600", "longest time a generation request may take (then 504, or an error event)"},
+    {"--read-timeout", "SEC", "30", "longest wait for a slow client's request bytes"},
+    {"--shutdown-timeout", "SEC", "10", "on SIGINT/SIGTERM, time given to requests in flight before they are cancelled"},
+    {"--log-requests", nullptr, nullptr, "one line per request on stderr"},
+};
+
+// ---- the server's state ----
+
+struct Server {
+  std::atomic<bool> ready{false};
+  std::atomic<bool> draining{false};
+  std::atomic<int> in_flight{0};  // generation requests being served
+  infer_model* model = nullptr;
+  infer_engine* engine = nullptr;
+  std::string model_id;
+  std::string tmpl;             // the chat template's name
+  bool own_template = false;    // render with the model's own text (its variations)
+  std::vector<std::string> tmpl_stops;
+  int32_t n_ctx = 0;
+  int32_t n_vocab = 0;
+  int64_t created = 0;
+  std::string api_key;
+  serve::Limits limits;
+  double timeout_s = 600;
+  int max_queue = 256;
+  bool log_requests = false;
+  serve::Metrics metrics;
+};
+
+void send_error(httplib::Response& res, int status, const std::string& message, const char* type,
+                const std::string& code = "", const std::string& param = "") {
+  serve::RequestError e;
+  e.status = status;
+  e.message = message;
+  e.type = type;
+  e.code = code;
+  e.param = param;
+  res.status = status;
+  res.set_content(serve::error_body(e), "application/json");
+}
+
+void send_request_error(httplib::Response& res, const serve::RequestError& e) {
+  res.status = e.status;
+  res.set_content(serve::error_body(e), "application/json");
+}
+
+// A C API failure as an HTTP error: the caller's fault is a 400, running
+// out of room a 503, anything else a 500.
+void send_status_error(httplib::Response& res, infer_status st, const std::string& what) {
+  const std::string msg = what + ": " + infer_last_error();
+  if (st == INFER_ERR_INVALID_ARGUMENT) send_error(res, 400, msg, "invalid_request_error", "invalid_value");
+  else if (st == INFER_ERR_BUSY) send_error(res, 503, msg, "server_error", "unavailable");
+  else if (st == INFER_ERR_OUT_OF_MEMORY) send_error(res, 503, msg, "server_error", "out_of_memory");
+  else send_error(res, 500, msg, "server_error", infer_status_string(st));
+}
+
+std::string random_id(const char* prefix) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  static const char* hex = "0123456789abcdef";
+  std::string s = prefix;
+  for (int i = 0; i < 24; ++i) s += hex[rng() & 15];
+  return s;
+}
+
+// ---- the client's connection ----
+
+// httplib 0.11 does not give a handler its socket; it is found by its peer
+// address among the process's sockets, once per request. Then a client that
+// closed its end (POLLRDHUP/POLLHUP) is seen at once, even while nothing is
+// written to it (a non-streamed reply).
+int find_client_socket(const httplib::Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (*end || fd < 0) continue;
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0) continue;
+    char host[INET6_ADDRSTRLEN] = {0};
+    int port = -1;
+    if (ss.ss_family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+      port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+      port = ntohs(a->sin6_port);
+    } else {
+      continue;
+    }
+    if (port == req.remote_port && req.remote_addr == host) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+bool client_gone(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, static_cast<short>(POLLRDHUP), 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+// ---- one generation job: every choice of one HTTP request ----
+
+struct Choice {
+  infer_request* req = nullptr;
+  int32_t index = 0;
+  int32_t prompt_index = 0;
+  std::string text;
+  bool done = false;
+  bool started = false;  // streaming: the role delta was sent
+  infer_request_stats stats{};
+};
+
+struct Job {
+  Server* srv = nullptr;
+  serve::CompletionRequest rq;
+  std::vector<Choice> choices;
+  std::vector<int32_t> prompt_tokens;  // per prompt
+  std::vector<std::string> prompt_texts;
+  std::string id;
+  int64_t created = 0;
+  Clock::time_point start = Clock::now();
+  int client_fd = -1;
+
+  explicit Job(Server* s) : srv(s) { srv->in_flight.fetch_add(1); }
+  ~Job() {
+    for (Choice& c : choices) infer_request_free(c.req);  // cancels what is unfinished
+    srv->in_flight.fetch_sub(1);
+  }
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  void cancel_all() {
+    for (Choice& c : choices)
+      if (!c.done) infer_request_cancel(c.req);
+  }
+};
+
+enum class PumpEnd { Done, ClientGone, Timeout };
+
+// Collects the text of every choice as it arrives; emit(choice, delta,
+// finished) returns false when the client can no longer be written to.
+template <class Emit>
+PumpEnd pump(Job& job, Emit&& emit) {
+  const auto deadline = job.start + std::chrono::duration<double>(job.srv->timeout_s);
+  char buf[4096];
+  for (;;) {
+    bool waited = false, all_done = true;
+    for (Choice& c : job.choices) {
+      if (c.done) continue;
+      all_done = false;
+      size_t n = 0;
+      int32_t fin = 0;
+      const infer_status st = infer_request_next_text(c.req, waited ? 0 : 20, buf, sizeof buf, &n, &fin);
+      waited = true;
+      if (st != INFER_OK) fin = 1;
+      std::string delta(buf, n);
+      c.text += delta;
+      if (fin) {
+        c.done = true;
+        infer_request_stats_init(&c.stats);
+        infer_request_get_stats(c.req, &c.stats);
+      }
+      if ((n > 0 || fin) && !emit(c, delta, fin != 0)) {
+        job.cancel_all();
+        return PumpEnd::ClientGone;
+      }
+    }
+    if (all_done) return PumpEnd::Done;
+    if (client_gone(job.client_fd)) {
+      job.cancel_all();
+      return PumpEnd::ClientGone;
+    }
+    if (Clock::now() > deadline) {
+      job.cancel_all();
+      return PumpEnd::Timeout;
+    }
+  }
+}
+
+const char* finish_reason(const infer_request_stats& s) {
+  switch (s.finish_reason) {
+    case INFER_FINISH_STOP: return "stop";
+    case INFER_FINISH_LENGTH: return "length";
+    case INFER_FINISH_CANCELLED: return "abort";
+    case INFER_FINISH_ERROR: return "error";
+    default: return "stop";
+  }
+}
+
+json usage_json(const Job& job) {
+  int64_t prompt = 0, completion = 0, cached = 0;
+  std::vector<bool> counted(job.prompt_tokens.size(), false);
+  for (const Choice& c : job.choices) {
+    completion += c.stats.n_generated_tokens;
+    if (!counted[c.prompt_index]) {
+      counted[c.prompt_index] = true;
+      prompt += job.prompt_tokens[c.prompt_index];
+      cached += c.stats.n_cached_tokens;
+    }
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+// ---- building the request ----
+
+std::string render_chat(Server& srv, const std::vector<serve::ChatMessage>& msgs, serve::RequestError* err) {
+  std::vector<infer_chat_message> cm;
+  for (const auto& m : msgs) cm.push_back({m.role.c_str(), m.content.c_str()});
+  const char* tmpl = srv.own_template ? nullptr : srv.tmpl.c_str();
+  size_t need = 0;
+  infer_status st = infer_chat_apply_template(srv.model, tmpl, cm.data(), cm.size(), 1, nullptr, 0, &need);
+  if (st == INFER_ERR_BUFFER_TOO_SMALL) {
+    std::string out(need, '\0');
+    st = infer_chat_apply_template(srv.model, tmpl, cm.data(), cm.size(), 1, out.data(), out.size(), &need);
+    if (st == INFER_OK) {
+      out.resize(need - 1);
+      return out;
+    }
+  }
+  err->message = std::string("the conversation does not fit the chat template: ") + infer_last_error();
+  err->param = "messages";
+  return "";
+}
+
+bool count_tokens(Server& srv, const std::string& text, int32_t add_bos, int32_t special, int32_t* n) {
+  size_t count = 0;
+  const infer_status st = infer_tokenize(srv.model, text.data(), text.size(), add_bos, special, nullptr, 0, &count);
+  if (st != INFER_OK && st != INFER_ERR_BUFFER_TOO_SMALL) return false;
+  *n = static_cast<int32_t>(count);
+  return true;
+}
+
+void log_line(const Server& srv, const httplib::Request& req, const httplib::Response& res, double ms) {
+  if (srv.log_requests)
+    std::fprintf(stderr, "%s %s -> %d (%.1f ms)\n", req.method.c_str(), req.path.c_str(), res.status, ms);
+}
+
+// /v1/chat/completions and /v1/completions.
+void handle_completion(Server& srv, const httplib::Request& req, httplib::Response& res, serve::Endpoint ep) {
+  const char* ep_name = ep == serve::Endpoint::Chat ? "chat" : "completions";
+  if (!srv.ready) return send_error(res, 503, "the model is loading", "server_error", "loading");
+  if (srv.draining) return send_error(res, 503, "the server is shutting down", "server_error", "shutting_down");
+  serve::RequestError err;
+  auto parsed = serve::parse_completion_request(req.body, ep, srv.limits, &err);
+  if (!parsed) return send_request_error(res, err);
+  if (srv.in_flight.load() >= srv.max_queue)
+    return send_error(res, 429, "too many requests in flight (--max-queue " + std::to_string(srv.max_queue) + ")",
+                      "rate_limit_error", "too_many_requests");
+  auto job = std::make_shared<Job>(&srv);
+  job->rq = std::move(*parsed);
+  serve::CompletionRequest& rq = job->rq;
+  job->id = random_id(ep == serve::Endpoint::Chat ? "chatcmpl-" : "cmpl-");
+  job->created = static_cast<int64_t>(std::time(nullptr));
+  if (!rq.grammar.empty() || rq.response_format != serve::ResponseFormat::Text)
+    return send_error(res, 400, "constrained output (response_format json_object/json_schema, grammar) is not available in this build",
+                      "invalid_request_error", "unsupported", rq.grammar.empty() ? "response_format" : "grammar");
+  if (rq.logprobs)
+    return send_error(res, 400, "logprobs are not available in this build", "invalid_request_error", "unsupported", "logprobs");
+
+  // Prompts: the rendered conversation, or the given texts / token ids.
+  int32_t add_bos = -1, special = 0;
+  std::vector<std::string> stops = rq.stop;
+  if (ep == serve::Endpoint::Chat) {
+    const std::string text = render_chat(srv, rq.messages, &err);
+    if (!err.message.empty()) return send_request_error(res, err);
+    job->prompt_texts.push_back(text);
+    add_bos = 0;
+    special = 1;
+    for (const std::string& s : srv.tmpl_stops) stops.push_back(s);
+  } else {
+    for (const auto& p : rq.prompts) job->prompt_texts.push_back(p.text);
+  }
+  std::vector<const char*> stop_ptrs;
+  for (const std::string& s : stops) stop_ptrs.push_back(s.c_str());
+
+  infer_sampling_params sp;
+  infer_sampling_params_init(&sp);
+  // OpenAI's defaults: plain sampling at temperature 1.
+  sp.temperature = static_cast<float>(rq.temperature.value_or(1.0));
+  sp.top_p = static_cast<float>(rq.top_p.value_or(1.0));
+  sp.top_k = rq.top_k.value_or(0);
+  sp.min_p = static_cast<float>(rq.min_p.value_or(0.0));
+  sp.presence_penalty = static_cast<float>(rq.presence_penalty.value_or(0.0));
+  sp.frequency_penalty = static_cast<float>(rq.frequency_penalty.value_or(0.0));
+  sp.repeat_penalty = static_cast<float>(rq.repetition_penalty.value_or(1.0));
+  sp.seed = rq.seed ? static_cast<uint64_t>(*rq.seed) : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+  std::vector<int32_t> bias_ids;
+  std::vector<float> bias_values;
+  for (const auto& [id, b] : rq.logit_bias) {
+    if (id >= srv.n_vocab)
+      return send_error(res, 400, "logit_bias: token id " + std::to_string(id) + " is out of range (vocabulary of " +
+                                      std::to_string(srv.n_vocab) + ")", "invalid_request_error", "invalid_value", "logit_bias");
+    bias_ids.push_back(id);
+    bias_values.push_back(b <= -100 ? -INFINITY : b);
+  }
+  sp.logit_bias_tokens = bias_ids.empty() ? nullptr : bias_ids.data();
+  sp.logit_bias_values = bias_values.empty() ? nullptr : bias_values.data();
+  sp.n_logit_bias = bias_ids.size();
+
+  for (size_t pi = 0; pi < job->prompt_texts.size(); ++pi) {
+    const bool use_tokens = ep == serve::Endpoint::Completion && rq.prompts[pi].use_tokens;
+    int32_t n_prompt = 0;
+    if (use_tokens) {
+      n_prompt = static_cast<int32_t>(rq.prompts[pi].tokens.size());
+      for (int32_t t : rq.prompts[pi].tokens)
+        if (t >= srv.n_vocab)
+          return send_error(res, 400, "prompt: token id " + std::to_string(t) + " is out of range", "invalid_request_error",
+                            "invalid_value", "prompt");
+    } else if (!count_tokens(srv, job->prompt_texts[pi], add_bos, special, &n_prompt)) {
+      return send_status_error(res, INFER_ERR_INVALID_ARGUMENT, "tokenizing the prompt");
+    }
+    n_prompt = std::max(n_prompt, 1);
+    if (n_prompt >= srv.n_ctx)
+      return send_error(res, 400, "the prompt has " + std::to_string(n_prompt) + " tokens; the context holds " +
+                                      std::to_string(srv.n_ctx) + " (prompt and completion together)",
+                        "invalid_request_error", "context_length_exceeded", ep == serve::Endpoint::Chat ? "messages" : "prompt");
+    job->prompt_tokens.push_back(n_prompt);
+    const int32_t room = srv.n_ctx - n_prompt;
+    infer_request_params rp;
+    infer_request_params_init(&rp);
+    if (use_tokens) {
+      rp.prompt_tokens = rq.prompts[pi].tokens.data();
+      rp.n_prompt_tokens = rq.prompts[pi].tokens.size();
+    } else {
+      rp.prompt = job->prompt_texts[pi].c_str();
+      rp.prompt_len = job->prompt_texts[pi].size();
+      rp.add_bos = add_bos;
+      rp.parse_special = special;
+    }
+    rp.max_tokens = std::min(rq.max_tokens.value_or(room), room);
+    rp.sampling = &sp;
+    rp.stop = stop_ptrs.empty() ? nullptr : stop_ptrs.data();
+    rp.n_stop = stop_ptrs.size();
+    rp.ignore_eos = rq.ignore_eos ? 1 : 0;
+    std::vector<infer_request*> handles(static_cast<size_t>(rq.n), nullptr);
+    const infer_status st = rq.n == 1 ? infer_submit(srv.engine, &rp, handles.data())
+                                      : infer_submit_n(srv.engine, &rp, rq.n, handles.data());
+    if (st != INFER_OK) return send_status_error(res, st, "submitting the request");
+    for (int32_t i = 0; i < rq.n; ++i) {
+      Choice c;
+      c.req = handles[static_cast<size_t>(i)];
+      c.index = static_cast<int32_t>(pi) * rq.n + i;
+      c.prompt_index = static_cast<int32_t>(pi);
+      job->choices.push_back(c);
+    }
+  }
+  srv.metrics.on_request_started(ep_name);
+  const std::string model_name = rq.model.empty() ? srv.model_id : rq.model;
+
+  if (!rq.stream) {
+    job->client_fd = find_client_socket(req);
+    const PumpEnd end = pump(*job, [](Choice&, const std::string&, bool) { return true; });
+    if (end == PumpEnd::ClientGone) {
+      srv.metrics.on_request_ended(ep_name, "disconnected");
+      res.status = 499;
+      return;
+    }
+    if (end == PumpEnd::Timeout) {
+      srv.metrics.on_request_ended(ep_name, "timeout");
+      return send_error(res, 504, "the request took longer than --timeout", "server_error", "timeout");
+    }
+    for (const Choice& c : job->choices) {
+      srv.metrics.on_finished(c.stats);
+      if (c.stats.finish_reason == INFER_FINISH_ERROR) {
+        srv.metrics.on_request_ended(ep_name, "error");
+        const std::string msg = std::string("generation failed: ") + infer_request_error(c.req);
+        return send_error(res, c.stats.status == INFER_ERR_OUT_OF_MEMORY ? 503 : 500, msg, "server_error",
+                          infer_status_string(c.stats.status));
+      }
+    }
+    json choices = json::array();
+    for (const Choice& c : job->choices) {
+      if (ep == serve::Endpoint::Chat) {
+        choices.push_back({{"index", c.index},
+                           {"message", {{"role", "assistant"}, {"content", c.text}}},
+                           {"logprobs", nullptr},
+                           {"finish_reason", finish_reason(c.stats)}});
+      } else {
+        const std::string text = rq.echo ? job->prompt_texts[c.prompt_index] + c.text : c.text;
+        choices.push_back({{"index", c.index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c.stats)}});
+      }
+    }
+    json out = {{"id", job->id},
+                {"object", ep == serve::Endpoint::Chat ? "chat.completion" : "text_completion"},
+                {"created", job->created},
+                {"model", model_name},
+                {"system_fingerprint", std::string("libinfer-") + infer_version()},
+                {"choices", choices},
+                {"usage", usage_json(*job)}};
+    srv.metrics.on_request_ended(ep_name, "ok");
+    res.set_content(dump(out), "application/json");
+    return;
+  }
+
+  // Streaming: server-sent events, one chunk per piece of text of a choice,
+  // a last chunk per choice with its finish_reason, the usage chunk (empty
+  // choices) when asked, then [DONE].
+  job->client_fd = find_client_socket(req);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, ep, ep_name, model_name](size_t, httplib::DataSink& sink) {
+        Server& srv = *job->srv;
+        const bool chat = ep == serve::Endpoint::Chat;
+        const bool usage = job->rq.include_usage;
+        auto send = [&](const json& j) {
+          const std::string s = "data: " + dump(j) + "\n\n";
+          return sink.is_writable() && sink.write(s.data(), s.size());
+        };
+        auto chunk = [&](json choice) {
+          json j = {{"id", job->id},
+                    {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", job->created},
+                    {"model", model_name},
+                    {"system_fingerprint", std::string("libinfer-") + infer_version()},
+                    {"choices", json::array({std::move(choice)})}};
+          if (usage) j["usage"] = nullptr;
+          return send(j);
+        };
+        bool failed = false;
+        const PumpEnd end = pump(*job, [&](Choice& c, const std::string& delta, bool fin) {
+          if (chat && !c.started) {
+            c.started = true;
+            if (!chunk({{"index", c.index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                        {"finish_reason", nullptr}}))
+              return false;
+          }
+          if (!delta.empty()) {
+            json ch = chat ? json{{"index", c.index}, {"delta", {{"content", delta}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}
+                           : json{{"index", c.index}, {"text", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+            if (!chunk(ch)) return false;
+          }
+          if (fin) {
+            srv.metrics.on_finished(c.stats);
+            if (c.stats.finish_reason == INFER_FINISH_ERROR) {
+              failed = true;
+              serve::RequestError e;
+              e.status = 500;
+              e.type = "server_error";
+              e.code = infer_status_string(c.stats.status);
+              e.message = std::string("generation failed: ") + infer_request_error(c.req);
+              const std::string s = "data: " + serve::error_body(e) + "\n\n";
+              return sink.write(s.data(), s.size());
+            }
+            json ch = chat ? json{{"index", c.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c.stats)}}
+                           : json{{"index", c.index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c.stats)}};
+            return chunk(ch);
+          }
+          return true;
+        });
+        if (end == PumpEnd::ClientGone) {
+          srv.metrics.on_request_ended(ep_name, "disconnected");
+          sink.done();
+          return false;
+        }
+        if (end == PumpEnd::Timeout) {
+          serve::RequestError e;
+          e.status = 504;
+          e.type = "server_error";
+          e.code = "timeout";
+          e.message = "the request took longer than --timeout";
+          const std::string s = "data: " + serve::error_body(e) + "\n\n";
+          sink.write(s.data(), s.size());
+        } else if (usage) {
+          json j = {{"id", job->id},
+                    {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", job->created},
+                    {"model", model_name},
+                    {"choices", json::array()},
+                    {"usage", usage_json(*job)}};
+          send(j);
+        }
+        static const char done[] = "data: [DONE]\n\n";
+        sink.write(done, sizeof done - 1);
+        sink.done();
+        srv.metrics.on_request_ended(ep_name, end == PumpEnd::Timeout ? "timeout" : failed ? "error" : "ok");
+        return true;
+      });
+}
+
+void handle_tokenize(Server& srv, const httplib::Request& req, httplib::Response& res) {
+  if (!srv.ready) return send_error(res, 503, "the model is loading", "server_error", "loading");
+  serve::RequestError err;
+  auto tr = serve::parse_tokenize_request(req.body, &err);
+  if (!tr) return send_request_error(res, err);
+  size_t n = 0;
+  const int32_t add_bos = tr->add_special ? -1 : 0, special = tr->parse_special ? 1 : 0;
+  infer_status st = infer_tokenize(srv.model, tr->content.data(), tr->content.size(), add_bos, special, nullptr, 0, &n);
+  std::vector<int32_t> ids(n);
+  if (st == INFER_ERR_BUFFER_TOO_SMALL || st == INFER_OK)
+    st = infer_tokenize(srv.model, tr->content.data(), tr->content.size(), add_bos, special, ids.data(), ids.size(), &n);
+  if (st != INFER_OK) return send_status_error(res, st, "tokenizing");
+  json toks = json::array();
+  for (size_t i = 0; i < n; ++i) {
+    if (!tr->with_pieces) {
+      toks.push_back(ids[i]);
+      continue;
+    }
+    char buf[256];
+    size_t nb = 0;
+    infer_token_piece(srv.model, ids[i], buf, sizeof buf, &nb);
+    toks.push_back({{"id", ids[i]}, {"piece", std::string(buf, nb)}});
+  }
+  res.set_content(dump(json{{"tokens", toks}}), "application/json");
+}
+
+void handle_detokenize(Server& srv, const httplib::Request& req, httplib::Response& res) {
+  if (!srv.ready) return send_error(res, 503, "the model is loading", "server_error", "loading");
+  serve::RequestError err;
+  auto ids = serve::parse_detokenize_request(req.body, &err);
+  if (!ids) return send_request_error(res, err);
+  size_t need = 0;
+  infer_status st = infer_detokenize(srv.model, ids->data(), ids->size(), 0, nullptr, 0, &need);
+  if (st != INFER_ERR_BUFFER_TOO_SMALL && st != INFER_OK) return send_status_error(res, st, "detokenizing");
+  std::string text(need, '\0');
+  st = infer_detokenize(srv.model, ids->data(), ids->size(), 0, text.data(), text.size(), &need);
+  if (st != INFER_OK) return send_status_error(res, st, "detokenizing");
+  text.resize(need ? need - 1 : 0);
+  res.set_content(dump(json{{"content", text}}), "application/json");
+}
+
+json model_json(const Server& srv) {
+  return {{"id", srv.model_id}, {"object", "model"}, {"created", srv.created}, {"owned_by", "libinfer"},
+          {"max_model_len", srv.n_ctx}};
+}
+
+// SIGINT/SIGTERM are blocked in every thread and taken by sigwait in main.
+sigset_t shutdown_signals() {
+  sigset_t s;
+  sigemptyset(&s);
+  sigaddset(&s, SIGINT);
+  sigaddset(&s, SIGTERM);
+  return s;
+}
+
+int cmd_serve(int argc, char** argv) {
+  Args a(argc, argv, 2, kServeFlags);
+  a.no_positionals();
+  auto srv = std::make_unique<Server>();
+  const std::string host = a.get("--host", "127.0.0.1");
+  const int port = static_cast<int>(a.get_int("--port", 8080, 0, 65535));
+  srv->api_key = a.has("--api-key") ? a.get("--api-key") : (std::getenv("INFER_API_KEY") ? std::getenv("INFER_API_KEY") : "");
+  infer_engine_params ep;
+  infer_engine_params_init(&ep);
+  ep.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
+  ep.max_seqs = static_cast<int32_t>(a.get_int("--max-seqs", 16, 1, 4096));
+  ep.max_batch_tokens = static_cast<int32_t>(a.get_int("--max-batch-tokens", 512, 1, 1 << 20));
+  ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
+  apply_kv_flags(a, ep);
+  const size_t max_body = static_cast<size_t>(a.get_int("--max-body-mb", 8, 1, 4096)) << 20;
+  const int max_conn = static_cast<int>(a.get_int("--max-connections", 64, 1, 65536));
+  srv->max_queue = static_cast<int>(a.get_int("--max-queue", 256, 1, 1 << 20));
+  srv->timeout_s = a.get_float("--timeout", 600, 0.001, 1e9, "(0, 1e9]");
+  const double read_timeout = a.get_float("--read-timeout", 30, 0.001, 1e6, "(0, 1e6]");
+  const double shutdown_timeout = a.get_float("--shutdown-timeout", 10, 0, 1e6, "[0, 1e6]");
+  srv->log_requests = a.flag("--log-requests");
+  srv->limits.max_n = ep.max_seqs;
+  const std::string path = model_path(a);
+  const infer_backend backend = backend_flag(a);
+  std::string tmpl = a.get("--template");
+  if (!tmpl.empty()) {
+    bool known = false;
+    for (int32_t i = 0; i < infer_chat_template_count(); ++i) known |= tmpl == infer_chat_template_name(i);
+    if (!known) throw UsageError{"unknown chat template '" + tmpl + "'"};
+  }
+  srv->model_id = a.get("--alias");
+  if (srv->model_id.empty()) {
+    const size_t slash = path.rfind('/');
+    srv->model_id = slash == std::string::npos ? path : path.substr(slash + 1);
+  }
+  srv->created = static_cast<int64_t>(std::time(nullptr));
+
+  // Every thread from here on (HTTP pool, engine) inherits the blocked set.
+  sigset_t sigs = shutdown_signals();
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  httplib::Server http;
+  http.new_task_queue = [max_conn] { return new httplib::ThreadPool(static_cast<size_t>(max_conn)); };
+  http.set_payload_max_length(max_body);
+  http.set_read_timeout(std::chrono::duration<double>(read_timeout));
+  http.set_write_timeout(std::chrono::seconds(30));
+  http.set_keep_alive_timeout(5);
+  Server& s = *srv;
+  http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
+    if (s.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    std::string given = req.get_header_value("Authorization");
+    if (given.rfind("Bearer ", 0) == 0) given = given.substr(7);
+    else given = req.get_header_value("x-api-key");
+    // Compared in constant time.
+    unsigned diff = given.size() != s.api_key.size();
+    for (size_t i = 0; i < s.api_key.size(); ++i) diff |= static_cast<unsigned>(i < given.size() ? given[i] ^ s.api_key[i] : 1);
+    if (diff == 0) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, 401, "invalid or missing API key (Authorization: Bearer KEY)", "authentication_error", "invalid_api_key");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler([&s](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 404) send_error(res, 404, "no such endpoint", "invalid_request_error", "not_found");
+    else if (res.status == 413) send_error(res, 413, "the request body is too large (--max-body-mb)", "invalid_request_error", "payload_too_large");
+    else if (res.status == 405) send_error(res, 405, "method not allowed", "invalid_request_error", "method_not_allowed");
+    else send_error(res, res.status, "HTTP error " + std::to_string(res.status), "invalid_request_error");
+  });
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::bad_alloc&) {
+      what = "out of memory";
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, 500, what, "server_error", "internal_error");
+  });
+  http.set_logger([&s](const httplib::Request& req, const httplib::Response& res) {
+    s.metrics.on_http(res.status);
+    log_line(s, req, res, 0);
+  });
+
+  http.Post("/v1/chat/completions", [&s](const httplib::Request& q, httplib::Response& r) {
+    handle_completion(s, q, r, serve::Endpoint::Chat);
+  });
+  http.Post("/v1/completions", [&s](const httplib::Request& q, httplib::Response& r) {
+    handle_completion(s, q, r, serve::Endpoint::Completion);
+  });
+  http.Post("/tokenize", [&s](const httplib::Request& q, httplib::Response& r) { handle_tokenize(s, q, r); });
+  http.Post("/detokenize", [&s](const httplib::Request& q, httplib::Response& r) { handle_detokenize(s, q, r); });
+  http.Get("/health", [&s](const httplib::Request&, httplib::Response& r) {
+    if (s.draining) return send_error(r, 503, "the server is shutting down", "server_error", "shutting_down");
+    if (!s.ready) return send_error(r, 503, "the model is loading", "server_error", "loading");
+    r.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& r) {
+    json data = json::array();
+    if (s.ready) data.push_back(model_json(s));
+    r.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
+  });
+  http.Get(R"(/v1/models/(.+))", [&s](const httplib::Request& q, httplib::Response& r) {
+    if (!s.ready || q.matches[1] != s.model_id)
+      return send_error(r, 404, "the model '" + std::string(q.matches[1]) + "' does not exist", "invalid_request_error",
+                        "model_not_found", "model");
+    r.set_content(dump(model_json(s)), "application/json");
+  });
+  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& r) {
+    infer_engine_stats es;
+    infer_engine_stats_init(&es);
+    const bool have = s.ready && infer_engine_get_stats(s.engine, &es) == INFER_OK;
+    r.set_content(s.metrics.render(have ? &es : nullptr, s.in_flight.load()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  // Listen first: /health answers 503 while the model loads.
+  const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (bound < 0) throw ApiError{"cannot listen on " + host + ":" + std::to_string(port)};
+  std::thread listener([&http] { http.listen_after_bind(); });
+  std::fprintf(stderr, "infer serve: listening on http://%s:%d (loading %s)\n", host.c_str(), bound, path.c_str());
+  std::fflush(stderr);
+
+  struct Cleanup {
+    httplib::Server& http;
+    std::thread& listener;
+    Server& s;
+    ~Cleanup() {
+      if (s.engine) infer_engine_stop(s.engine, 0);
+      http.stop();
+      if (listener.joinable()) listener.join();
+      infer_engine_free(s.engine);
+      infer_model_free(s.model);
+    }
+  } cleanup{http, listener, s};
+
+  infer_model_params mp;
+  infer_model_params_init(&mp);
+  mp.backend = backend;
+  check(infer_model_load(path.c_str(), &mp, &s.model), ("loading " + path).c_str());
+  check(infer_engine_create(s.model, &ep, &s.engine), "creating the engine");
+  infer_model_info info;
+  infer_model_info_init(&info);
+  check(infer_model_get_info(s.model, &info), "reading model info");
+  s.n_ctx = ep.n_ctx > 0 ? ep.n_ctx : info.n_ctx_train;
+  s.n_vocab = info.n_vocab;
+  if (!tmpl.empty()) {
+    s.tmpl = tmpl;
+  } else {
+    char buf[64];
+    size_t need = 0;
+    const infer_status st = infer_chat_template_detect(s.model, buf, sizeof buf, &need);
+    if (st == INFER_OK) {
+      s.tmpl = buf;
+      s.own_template = true;
+    } else {
+      s.tmpl = "chatml";
+      std::fprintf(stderr, "infer serve: note: %s; chat requests use the chatml template (--template NAME)\n",
+                   st == INFER_ERR_NOT_FOUND ? "the model has no chat template" : "the model's chat template is not recognised");
+    }
+  }
+  for (int32_t i = 0; const char* st = infer_chat_template_stop(s.tmpl.c_str(), i); ++i) s.tmpl_stops.emplace_back(st);
+  check(infer_engine_start(s.engine), "starting the engine thread");
+  s.ready = true;
+  std::fprintf(stderr, "infer serve: ready: model '%s', context %d, %d sequences at once, chat template %s%s\n",
+               s.model_id.c_str(), s.n_ctx, ep.max_seqs, s.tmpl.c_str(), s.api_key.empty() ? "" : ", API key required");
+  std::fflush(stderr);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  // Graceful shutdown: refuse new work, give what is in flight
+  // --shutdown-timeout to finish, cancel the rest (their clients get a
+  // finish_reason "abort"), then close the listener.
+  s.draining = true;
+  std::fprintf(stderr, "infer serve: %s: finishing %d request(s) in flight\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+               s.in_flight.load());
+  const auto until = Clock::now() + std::chrono::duration<double>(shutdown_timeout);
+  while (s.in_flight.load() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (s.in_flight.load() > 0) std::fprintf(stderr, "infer serve: cancelling %d request(s)\n", s.in_flight.load());
+  infer_engine_stop(s.engine, 0);
+  const auto until2 = Clock::now() + std::chrono::seconds(5);
+  while (s.in_flight.load() > 0 && Clock::now() < until2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::fprintf(stderr, "infer serve: stopped\n");
+  return 0;
+}
+
+const Register kServeCmd{{"serve", "an OpenAI-compatible HTTP server",
+                          "infer serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]", &kServeFlags,
+                          "Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
+                          "GET /v1/models, /v1/models/{id}, /health (503 while loading), /metrics (Prometheus text).\n"
+                          "SIGINT/SIGTERM: requests in flight get --shutdown-timeout to finish, then are cancelled.",
+                          cmd_serve}};
+
+}  // namespace
+}  // namespace cli
