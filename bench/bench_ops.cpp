@@ -80,6 +80,7 @@ struct AttnSetup {
   std::unique_ptr<Backend> be;
   std::unique_ptr<KvCache> kv;
   std::vector<int32_t> pos, slot;
+  std::vector<const int32_t*> tables;
   std::vector<float> q, out;
   AttnBatch batch;
   int n_head = 0;
@@ -96,7 +97,8 @@ struct AttnSetup {
     L.block_size = 16;
     L.n_blocks = n_seqs * ((ctx + 15) / 16) + 1;
     L.type = type;
-    kv = std::make_unique<KvCache>(L);
+    Backend* bp = be.get();
+    kv = std::make_unique<KvCache>(L, [bp](const KvLayout& l, int n, KvTier t) { return bp->make_kv_memory(l, n, t); });
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int kv_dim = n_kv * hd;
@@ -111,8 +113,9 @@ struct AttnSetup {
         wpos[p] = p;
         wslot[p] = sl;
       }
-      AttnBatch wb{ctx, wpos.data(), wslot.data(), 0};
-      be->kv_write(*kv, 0, k.data(), v.data(), wb);
+      const std::vector<const int32_t*> wt(ctx, kv->block_table(sl).data());
+      AttnBatch wb{ctx, wpos.data(), wslot.data(), 0, wt.data()};
+      be->kv_write(kv->memory(), 0, k.data(), v.data(), wb);
       for (int i = 0; i < n_q; ++i) {
         pos.push_back(ctx - n_q + i);
         slot.push_back(sl);
@@ -122,10 +125,11 @@ struct AttnSetup {
     q.resize(pos.size() * n_head * hd);
     for (auto& x : q) x = nd(rng);
     out.resize(q.size());
-    batch = AttnBatch{static_cast<int64_t>(pos.size()), pos.data(), slot.data(), 0};
+    for (int32_t s : slot) tables.push_back(kv->block_table(s).data());
+    batch = AttnBatch{static_cast<int64_t>(pos.size()), pos.data(), slot.data(), 0, tables.data()};
     scale = 1.0f / std::sqrt(static_cast<float>(hd));
   }
-  void run() { be->attention(q.data(), *kv, 0, batch, n_head, scale, out.data()); }
+  void run() { be->attention(q.data(), kv->memory(), 0, batch, n_head, scale, out.data()); }
 };
 
 // Args: kv type, head_dim, n_head, n_kv_heads, ctx, n_seqs, threads.

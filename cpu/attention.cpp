@@ -12,145 +12,23 @@
 #include "core/threadpool.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_format.h"
 
 namespace infer::cpu {
 
 namespace {
 
-// In-place orthonormal Walsh-Hadamard transform of n values (n a power of
-// two). H is symmetric and H·H = I, so (Hq)·(Hk) = q·k and a weighted sum of
-// Hv rows transformed back with H is the weighted sum of v. int8 KV stores
-// Hk and Hv: the transform spreads a few large components over all of them,
-// so the per-(token, head) scale (set by the largest) loses less precision.
-void hadamard(float* x, int n) {
-  for (int len = 1; len < n; len <<= 1)
-    for (int i = 0; i < n; i += len << 1)
-      for (int j = i; j < i + len; ++j) {
-        const float a = x[j], b = x[j + len];
-        x[j] = a + b;
-        x[j + len] = a - b;
-      }
-  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
-  for (int i = 0; i < n; ++i) x[i] *= norm;
-}
+using kvfmt::hadamard;
+using kvfmt::rotates;
 
-bool is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
-// int8 rows are stored rotated when the head size allows the transform.
-bool rotates(KvType type, int hd) { return type == KvType::I8 && is_pow2(hd) && hd <= 1024; }
-
-// The dequantized K offset of KV head h of a block (stored domain).
-inline void k_offset_f32(const KvStorage& st, int layer, int blk, int h, int hd, float* c) {
-  const int8_t* o = st.k_offset(layer, blk) + static_cast<size_t>(h) * hd;
-  const float s = st.k_offset_scale(layer, blk)[h];
-  for (int d = 0; d < hd; ++d) c[d] = s * static_cast<float>(o[d]);
-}
-
-// int8 K row i of a block: c + (z + s * q), the one formula the writer and
-// every reader use.
-inline void k_row_f32(const int8_t* q, const uint16_t* sz, const float* c, int hd, float* out) {
-  const float s = fp16_to_f32(sz[0]), z = fp16_to_f32(sz[1]);
-  for (int d = 0; d < hd; ++d) out[d] = c[d] + (z + s * static_cast<float>(q[d]));
-}
-
-// Sets the K offset of block `blk` (first position p0 > 0 of a sequence
-// whose previous block is `prev`, -1 when there is none) for every KV head:
-// the mean of the previous block's stored keys, itself stored as an int8 row
-// with a scale (the reader uses exactly the stored value, so rounding it
-// costs nothing). Depends only on the previous block's content, never on how
-// the tokens were batched.
-void set_k_offset(KvStorage& st, const KvLayout& L, int layer, int blk, int prev) {
-  const int hd = L.head_dim, bs = L.block_size;
-  float c[1024], row[1024];
-  double sum[1024];
-  for (int h = 0; h < L.n_kv_heads; ++h) {
-    int8_t* o = st.k_offset(layer, blk) + static_cast<size_t>(h) * hd;
-    float& os = st.k_offset_scale(layer, blk)[h];
-    if (prev < 0) {
-      std::memset(o, 0, hd);
-      os = 0.0f;
-      continue;
-    }
-    k_offset_f32(st, layer, prev, h, hd, c);
-    std::fill(sum, sum + hd, 0.0);
-    const int8_t* q = static_cast<const int8_t*>(st.k(layer, prev)) + static_cast<size_t>(h) * bs * hd;
-    const uint16_t* sz = st.k_scale_zero(layer, prev) + static_cast<size_t>(h) * bs * 2;
-    for (int r = 0; r < bs; ++r) {
-      k_row_f32(q + static_cast<size_t>(r) * hd, sz + 2 * r, c, hd, row);
-      for (int d = 0; d < hd; ++d) sum[d] += row[d];
-    }
-    float amax = 0.0f;
-    for (int d = 0; d < hd; ++d) {
-      row[d] = static_cast<float>(sum[d] / bs);
-      amax = std::max(amax, std::fabs(row[d]));
-    }
-    os = amax / 127.0f;
-    const float inv = os > 0.0f ? 1.0f / os : 0.0f;
-    for (int d = 0; d < hd; ++d) o[d] = static_cast<int8_t>(std::lrintf(row[d] * inv));
-  }
-}
-
-// The f16 just above |x| (x >= 0, finite), so a scale never shrinks.
-inline uint16_t fp16_up(float x) {
-  uint16_t h = f32_to_fp16(x);
-  if (fp16_to_f32(h) < x && h < 0x7bffu) ++h;
-  return h;
-}
-
-// Stores one head's int8 K row: rotated, minus the block's offset c, then
-// asymmetric min-max: q in [-128, 127], x - c ≈ z + s * q, s and z in f16
-// (the rounded values are the ones quantized against).
-void store_k_i8(int8_t* o, uint16_t* sz, const float* x, const float* c, int hd, bool rotate) {
-  float y[1024];
-  std::memcpy(y, x, sizeof(float) * hd);
-  if (rotate) hadamard(y, hd);
-  float lo = INFINITY, hi = -INFINITY;
-  for (int d = 0; d < hd; ++d) {
-    y[d] -= c[d];
-    lo = std::min(lo, y[d]);
-    hi = std::max(hi, y[d]);
-  }
-  const uint16_t z16 = f32_to_fp16(0.5f * (lo + hi));
-  const float z = fp16_to_f32(z16);
-  const float need = std::max((hi - z) / 127.0f, (z - lo) / 128.0f);
-  const uint16_t s16 = need > 0.0f ? fp16_up(need) : 0;
-  const float s = fp16_to_f32(s16);
-  const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-  for (int d = 0; d < hd; ++d)
-    o[d] = static_cast<int8_t>(std::clamp(std::lrintf((y[d] - z) * inv), -128L, 127L));
-  sz[0] = s16;
-  sz[1] = z16;
-}
-
-// Stores one head's row of hd values at `dst` (element index) of a block in
-// the cache's element type (int8 here: V rows; symmetric, scale = max|x| / 127).
-void store_row(const OpKernels& ok, KvType type, void* base, float* scales, size_t dst, size_t scale_idx,
-               const float* x, int hd) {
-  switch (type) {
-    case KvType::F32:
-      std::memcpy(static_cast<float*>(base) + dst, x, sizeof(float) * hd);
-      break;
-    case KvType::F16:
-      ok.f32_to_f16(x, static_cast<uint16_t*>(base) + dst, hd);
-      break;
-    case KvType::I8: {
-      float rot[1024];
-      if (rotates(type, hd)) {
-        std::memcpy(rot, x, sizeof(float) * hd);
-        hadamard(rot, hd);
-        x = rot;
-      }
-      float amax = 0.0f;
-      for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(x[d]));
-      const float s = amax / 127.0f;
-      const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-      int8_t* o = static_cast<int8_t*>(base) + dst;
-      for (int d = 0; d < hd; ++d) o[d] = static_cast<int8_t>(std::lrintf(x[d] * inv));
-      scales[scale_idx] = s;
-      break;
-    }
-  }
+// One head's row of hd values into the pool at element `row * hd` of a block
+// (f32 and f16; f16 converted with the ISA's kernel, which rounds exactly as
+// the reference does: tests/test_kv_format.cpp).
+inline void store_row_fp(const OpKernels& ok, KvType type, void* base, size_t row, const float* x, int hd) {
+  if (type == KvType::F32)
+    std::memcpy(static_cast<float*>(base) + row * hd, x, sizeof(float) * hd);
+  else
+    ok.f32_to_f16(x, static_cast<uint16_t*>(base) + row * hd, hd);
 }
 
 // ---- attention ----
@@ -200,7 +78,7 @@ struct Ctx {
   const OpKernels* ok;
   const float* q;
   float* out;
-  const KvCache* kv;
+  const HostKvMemory* kv;
   const AttnBatch* b;
   int layer, n_head, group, hd, bs;
   float scale;
@@ -239,7 +117,7 @@ inline void finish(const float* O, float L, float* out, int hd, bool rotated) {
 // K or V rows [off, off + n) of KV head g in block `blk`, as f32: a pointer
 // into the cache for f32, otherwise the rows converted into buf.
 inline const float* rows_f32(const Ctx& c, bool is_v, int blk, int g, int off, int n, float* buf) {
-  const KvStorage& st = c.kv->storage();
+  const HostKvMemory& st = *c.kv;
   const void* base = is_v ? st.v(c.layer, blk) : st.k(c.layer, blk);
   const size_t first = (static_cast<size_t>(g) * c.bs + off) * c.hd;
   switch (c.type) {
@@ -255,10 +133,10 @@ inline const float* rows_f32(const Ctx& c, bool is_v, int blk, int g, int off, i
         return buf;
       }
       float cv[1024];
-      k_offset_f32(st, c.layer, blk, g, c.hd, cv);
+      kvfmt::k_offset(st, c.layer, blk, g, cv);
       const uint16_t* sz = st.k_scale_zero(c.layer, blk) + (static_cast<size_t>(g) * c.bs + off) * 2;
       for (int r = 0; r < n; ++r)
-        k_row_f32(q + static_cast<size_t>(r) * c.hd, sz + 2 * r, cv, c.hd, buf + static_cast<size_t>(r) * c.hd);
+        kvfmt::decode_k_i8(q + static_cast<size_t>(r) * c.hd, sz + 2 * r, cv, c.hd, buf + static_cast<size_t>(r) * c.hd);
       return buf;
     }
   }
@@ -269,7 +147,7 @@ inline const float* rows_f32(const Ctx& c, bool is_v, int blk, int g, int off, i
 // scales) to be brought into the cache: blocks lie anywhere in the pool, so
 // the hardware prefetcher cannot guess the next one.
 inline void prefetch_rows(const Ctx& c, bool is_v, int blk, int g, int off, int n) {
-  const KvStorage& st = c.kv->storage();
+  const HostKvMemory& st = *c.kv;
   const size_t elem = c.type == KvType::F32 ? 4 : c.type == KvType::F16 ? 2 : 1;
   const char* base = static_cast<const char*>(is_v ? st.v(c.layer, blk) : st.k(c.layer, blk)) +
                      (static_cast<size_t>(g) * c.bs + off) * c.hd * elem;
@@ -323,7 +201,7 @@ void run_task(const Ctx& c, const Task& task, Scratch& s) {
     }
     qp[ti] = src;
   }
-  const auto& table = c.kv->block_table(b.slot[task.t0]);
+  const int32_t* table = b.table[task.t0];
 
   for (int ch = task.c0; ch < task.c1; ++ch) {
     const int p0 = ch * kChunk, p1 = p0 + kChunk;
@@ -419,39 +297,11 @@ std::atomic<int> g_split_pieces{0};  // tests: force splitting items into this m
 
 }  // namespace
 
-void kv_read_row(const KvCache& kv, int layer, int blk, bool is_v, int h, int off, float* out) {
-  const KvLayout& L = kv.layout();
-  const KvStorage& st = kv.storage();
-  const int hd = L.head_dim;
-  const size_t row = static_cast<size_t>(h) * L.block_size + off;
-  const void* base = is_v ? st.v(layer, blk) : st.k(layer, blk);
-  switch (L.type) {
-    case KvType::F32:
-      std::memcpy(out, static_cast<const float*>(base) + row * hd, sizeof(float) * hd);
-      return;
-    case KvType::F16:
-      for (int d = 0; d < hd; ++d) out[d] = fp16_to_f32(static_cast<const uint16_t*>(base)[row * hd + d]);
-      return;
-    case KvType::I8: {
-      const int8_t* q = static_cast<const int8_t*>(base) + row * hd;
-      if (is_v) {
-        const float s = st.v_scale(layer, blk)[row];
-        for (int d = 0; d < hd; ++d) out[d] = s * static_cast<float>(q[d]);
-        return;
-      }
-      std::vector<float> c(hd);
-      k_offset_f32(st, layer, blk, h, hd, c.data());
-      k_row_f32(q, st.k_scale_zero(layer, blk) + 2 * row, c.data(), hd, out);
-      return;
-    }
-  }
-}
-
 void set_attention_split_for_testing(int pieces) { g_split_pieces.store(pieces); }
 
-void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) {
-  const KvLayout& L = kv.layout();
-  KvStorage& st = kv.storage();
+void kv_write(ThreadPool& pool, KvMemory& mem, int layer, const float* k, const float* v, const AttnBatch& b) {
+  HostKvMemory& st = as_host_memory(mem);
+  const KvLayout& L = st.layout();
   const OpKernels& ok = op_kernels();
   const int hd = L.head_dim, bs = L.block_size;
   const bool i8 = L.type == KvType::I8;
@@ -462,7 +312,7 @@ void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const fl
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, per_token));
   auto row_of = [&](int64_t t, int& blk, int& off) {
     const int p = b.pos[t];
-    blk = kv.block_table(b.slot[t])[p / bs];
+    blk = b.table[t][p / bs];
     off = p % bs;
   };
   if (!i8) {
@@ -471,9 +321,9 @@ void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const fl
         int blk, off;
         row_of(t, blk, off);
         for (int h = 0; h < L.n_kv_heads; ++h) {
-          const size_t dst = (static_cast<size_t>(h) * bs + off) * hd;
-          store_row(ok, L.type, st.k(layer, blk), nullptr, dst, 0, k + t * L.kv_dim() + h * hd, hd);
-          store_row(ok, L.type, st.v(layer, blk), nullptr, dst, 0, v + t * L.kv_dim() + h * hd, hd);
+          const size_t row = static_cast<size_t>(h) * bs + off;
+          store_row_fp(ok, L.type, st.k(layer, blk), row, k + t * L.kv_dim() + h * hd, hd);
+          store_row_fp(ok, L.type, st.v(layer, blk), row, v + t * L.kv_dim() + h * hd, hd);
         }
       }
     });
@@ -484,9 +334,17 @@ void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const fl
     for (int64_t t = t0; t < t1; ++t) {
       int blk, off;
       row_of(t, blk, off);
-      for (int h = 0; h < L.n_kv_heads; ++h)
-        store_row(ok, L.type, st.v(layer, blk), st.v_scale(layer, blk), (static_cast<size_t>(h) * bs + off) * hd,
-                  static_cast<size_t>(h) * bs + off, v + t * L.kv_dim() + h * hd, hd);
+      for (int h = 0; h < L.n_kv_heads; ++h) {
+        const size_t row = static_cast<size_t>(h) * bs + off;
+        const float* x = v + t * L.kv_dim() + h * hd;
+        float rx[1024];
+        if (rot) {
+          std::memcpy(rx, x, sizeof(float) * hd);
+          hadamard(rx, hd);
+          x = rx;
+        }
+        kvfmt::encode_v_i8(x, hd, static_cast<int8_t*>(st.v(layer, blk)) + row * hd, st.v_scale(layer, blk) + row);
+      }
     }
   });
   // K rows are coded against their block's offset, which is computed from
@@ -519,30 +377,36 @@ void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const fl
       const int64_t t = order[i];
       const int p = b.pos[t];
       if (p % bs) continue;
-      const auto& table = kv.block_table(b.slot[t]);
-      set_k_offset(st, L, layer, table[p / bs], p >= bs ? table[p / bs - 1] : -1);
+      const int32_t* table = b.table[t];
+      kvfmt::set_k_offset(st, layer, table[p / bs], p >= bs ? table[p / bs - 1] : -1);
     }
     const int32_t* ord = order.data() + begin;
     pool.parallel_for(n_done - begin, grain, [&](int64_t i0, int64_t i1) {
-      float c[1024];
+      float c[1024], rx[1024];
       for (int64_t i = i0; i < i1; ++i) {
         const int64_t t = ord[i];
         int blk, off;
         row_of(t, blk, off);
         for (int h = 0; h < L.n_kv_heads; ++h) {
-          k_offset_f32(st, layer, blk, h, hd, c);
-          store_k_i8(static_cast<int8_t*>(st.k(layer, blk)) + (static_cast<size_t>(h) * bs + off) * hd,
-                     st.k_scale_zero(layer, blk) + (static_cast<size_t>(h) * bs + off) * 2, k + t * L.kv_dim() + h * hd,
-                     c, hd, rot);
+          const size_t row = static_cast<size_t>(h) * bs + off;
+          const float* x = k + t * L.kv_dim() + h * hd;
+          if (rot) {
+            std::memcpy(rx, x, sizeof(float) * hd);
+            hadamard(rx, hd);
+            x = rx;
+          }
+          kvfmt::k_offset(st, layer, blk, h, c);
+          kvfmt::encode_k_i8(x, c, hd, static_cast<int8_t*>(st.k(layer, blk)) + row * hd, st.k_scale_zero(layer, blk) + 2 * row);
         }
       }
     });
   }
 }
 
-void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,
+void attention(ThreadPool& pool, const float* q, const KvMemory& mem, int layer, const AttnBatch& b, int n_head,
                float scale, float* out) {
   if (b.n_tokens <= 0) return;
+  const HostKvMemory& kv = as_host_memory(mem);
   const KvLayout& Lay = kv.layout();
   Ctx c;
   c.ok = &op_kernels();

@@ -7,25 +7,21 @@
 #include "core/backend.h"
 
 namespace infer {
-class KvCache;
+class KvMemory;
 class ThreadPool;
 }
 
 namespace infer::cpu {
 
-// Stores the K and V rows of a batch ([n_tokens][kv_dim]) in the cache's
-// element type (int8: Walsh-Hadamard rotated, scale per (token, head)).
-void kv_write(ThreadPool& pool, KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b);
+// Stores the K and V rows of a batch ([n_tokens][kv_dim]) in the pool's
+// element format (kv/kv_format.h; bit-identical to kvfmt::write_token), at
+// the blocks of the batch's tables. kv must be a HostKvMemory.
+void kv_write(ThreadPool& pool, KvMemory& kv, int layer, const float* k, const float* v, const AttnBatch& b);
 // Causal attention of every token of the batch over its sequence's cached
 // positions (see attention.cpp for the algorithm). Results per (token, head)
 // do not depend on the rest of the batch nor on the number of threads.
-void attention(ThreadPool& pool, const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,
+void attention(ThreadPool& pool, const float* q, const KvMemory& kv, int layer, const AttnBatch& b, int n_head,
                float scale, float* out);
-
-// Row `off` of KV head h in block `blk` of a layer, dequantized as stored
-// (int8: still in the rotated space when the head size is a power of two).
-// For tests and tools; attention reads the cache directly.
-void kv_read_row(const KvCache& kv, int layer, int blk, bool is_v, int h, int off, float* out);
 
 // Tests: split every single-token item into this many pieces of chunks (0:
 // decide by the work, the default), to check split and whole items agree.

@@ -12,7 +12,7 @@
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
-#include "kv/kv_cache.h"
+#include "kv/kv_format.h"
 
 namespace infer {
 
@@ -64,11 +64,16 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(n, 4 * kElemGrain, [&](int64_t b, int64_t e) { ok_.add(x + b, y + b, e - b); });
   }
 
-  void kv_write(KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) override {
+  // KV blocks live in host memory, in the reference layout (kv/kv_format.h).
+  std::unique_ptr<KvMemory> make_kv_memory(const KvLayout& layout, int n_blocks, KvTier tier) override {
+    return make_host_kv_memory(layout, n_blocks, tier);
+  }
+
+  void kv_write(KvMemory& kv, int layer, const float* k, const float* v, const AttnBatch& b) override {
     cpu::kv_write(pool_, kv, layer, k, v, b);
   }
 
-  void attention(const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head, float scale,
+  void attention(const float* q, const KvMemory& kv, int layer, const AttnBatch& b, int n_head, float scale,
                  float* out) override {
     cpu::attention(pool_, q, kv, layer, b, n_head, scale, out);
   }

@@ -28,7 +28,7 @@ void write_seq(KvCache& kv, int slot, const std::vector<int32_t>& toks, int begi
   const KvLayout& L = kv.layout();
   for (int p = begin; p < end; ++p) {
     const int b = kv.block_table(slot)[p / L.block_size];
-    float* k = static_cast<float*>(kv.storage().k(0, b));
+    float* k = static_cast<float*>(as_host_memory(kv.memory()).k(0, b));
     k[(p % L.block_size) * L.head_dim] = static_cast<float>(toks[p] * 1000 + p);
   }
 }
@@ -36,7 +36,7 @@ void write_seq(KvCache& kv, int slot, const std::vector<int32_t>& toks, int begi
 float read_seq(const KvCache& kv, int slot, int p) {
   const KvLayout& L = kv.layout();
   const int b = kv.block_table(slot)[p / L.block_size];
-  return static_cast<const float*>(kv.storage().k(0, b))[(p % L.block_size) * L.head_dim];
+  return static_cast<const float*>(as_host_memory(kv.memory()).k(0, b))[(p % L.block_size) * L.head_dim];
 }
 
 }  // namespace

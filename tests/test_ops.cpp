@@ -45,9 +45,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // Every kernel table this machine can run (scalar always).
 std::vector<const cpu::OpKernels*> all_kernels() {
-  std::vector<const cpu::OpKernels*> ks{&cpu::scalar_op_kernels()};
-  if (const cpu::OpKernels* k = cpu::avx2_op_kernels()) ks.push_back(k);
-  if (const cpu::OpKernels* k = cpu::avx512_op_kernels()) ks.push_back(k);
+  std::vector<const cpu::OpKernels*> ks;
+  for (int i = 0; i <= static_cast<int>(cpu::detected_isa()); ++i)
+    ks.push_back(&cpu::kernels_for(static_cast<cpu::Isa>(i)));
   return ks;
 }
 
@@ -65,25 +65,21 @@ void hadamard_ref(float* x, int n) {
   for (int i = 0; i < n; ++i) x[i] *= norm;
 }
 
-// Row p of KV head h of a sequence, dequantized as stored (int8: still rotated).
+// Row p of KV head h of a sequence, decoded by the reference format
+// implementation (int8: still rotated).
 std::vector<float> cached_row(const KvCache& kv, int slot, int layer, bool is_v, int h, int p) {
   const KvLayout& L = kv.layout();
-  const int bs = L.block_size, hd = L.head_dim;
-  const int blk = kv.block_table(slot)[p / bs], off = p % bs;
-  const size_t first = (static_cast<size_t>(h) * bs + off) * hd;
-  const KvStorage& st = kv.storage();
-  const void* base = is_v ? st.v(layer, blk) : st.k(layer, blk);
-  std::vector<float> r(hd);
-  for (int d = 0; d < hd; ++d) {
-    switch (L.type) {
-      case KvType::F32: r[d] = static_cast<const float*>(base)[first + d]; break;
-      case KvType::F16: r[d] = fp16_to_f32(static_cast<const uint16_t*>(base)[first + d]); break;
-      case KvType::I8:  // V: scale * q; K: offset + zero + scale * q (see kv_cache.h)
-        cpu::kv_read_row(kv, layer, blk, is_v, h, off, r.data());
-        return r;
-    }
-  }
+  const int bs = L.block_size;
+  std::vector<float> r(L.head_dim);
+  kvfmt::read_row(as_host_memory(kv.memory()), layer, kv.block_table(slot)[p / bs], is_v, h, p % bs, r.data());
   return r;
+}
+
+// Each token's block table, for an AttnBatch.
+std::vector<const int32_t*> tables_of(const KvCache& kv, const std::vector<int32_t>& slots) {
+  std::vector<const int32_t*> t;
+  for (int32_t s : slots) t.push_back(kv.block_table(s).data());
+  return t;
 }
 
 // One softmax over all visible positions, in double.
@@ -145,9 +141,10 @@ struct Cache {
         const std::vector<float> v = randn(static_cast<size_t>(lens[i]) * kv_dim, seed + 97 * i + layer + 50);
         std::vector<int32_t> pos(lens[i]), sl(lens[i], slot);
         for (int p = 0; p < lens[i]; ++p) pos[p] = p;
-        AttnBatch wb{lens[i], pos.data(), sl.data(), 0};
+        const std::vector<const int32_t*> tables = tables_of(*kv, sl);
+        AttnBatch wb{lens[i], pos.data(), sl.data(), 0, tables.data()};
         ThreadPool pool(2);
-        cpu::kv_write(pool, *kv, layer, k.data(), v.data(), wb);
+        cpu::kv_write(pool, kv->memory(), layer, k.data(), v.data(), wb);
       }
     }
   }
@@ -156,19 +153,23 @@ struct Cache {
 struct Queries {
   std::vector<int32_t> pos, slot;
   std::vector<float> q;
+  mutable std::vector<const int32_t*> tables;
   void add(int32_t s, int32_t p, const float* qrow, int q_dim) {
     pos.push_back(p);
     slot.push_back(s);
     q.insert(q.end(), qrow, qrow + q_dim);
   }
-  AttnBatch batch(int window = 0) const { return AttnBatch{static_cast<int64_t>(pos.size()), pos.data(), slot.data(), window}; }
+  AttnBatch batch(const KvCache& kv, int window = 0) const {
+    tables = tables_of(kv, slot);
+    return AttnBatch{static_cast<int64_t>(pos.size()), pos.data(), slot.data(), window, tables.data()};
+  }
 };
 
 std::vector<float> run_attention(ThreadPool& pool, const Queries& qs, const KvCache& kv, int layer, int n_head,
                                  int window = 0) {
-  const AttnBatch b = qs.batch(window);
+  const AttnBatch b = qs.batch(kv, window);
   std::vector<float> out(qs.q.size(), NAN);
-  cpu::attention(pool, qs.q.data(), kv, layer, b, n_head, 1.0f / std::sqrt(static_cast<float>(kv.layout().head_dim)),
+  cpu::attention(pool, qs.q.data(), kv.memory(), layer, b, n_head, 1.0f / std::sqrt(static_cast<float>(kv.layout().head_dim)),
                  out.data());
   return out;
 }
@@ -176,7 +177,7 @@ std::vector<float> run_attention(ThreadPool& pool, const Queries& qs, const KvCa
 }  // namespace
 
 TEST_CASE("op kernels: every ISA agrees with the scalar reference", "[ops]") {
-  const cpu::OpKernels& ref = cpu::scalar_op_kernels();
+  const cpu::OpKernels& ref = cpu::kernels_for(cpu::Isa::Scalar);
   for (const cpu::OpKernels* k : all_kernels()) {
     INFO("isa " << k->isa);
     for (int n : {1, 7, 8, 9, 31, 64, 100, 2048}) {
@@ -346,7 +347,7 @@ TEST_CASE("attention matches one softmax over all positions, every KV type and s
         for (int p = 280; p < 300; ++p) qs.add(c.slots[3], p, &qv[(r++) * q_dim], q_dim);
         const std::vector<float> out = run_attention(pool, qs, *c.kv, 1, sh.n_head, window);
         const std::vector<float> ref =
-            reference_attention(qs.q.data(), *c.kv, 1, qs.batch(window), sh.n_head, 1.0f / std::sqrt(float(sh.hd)));
+            reference_attention(qs.q.data(), *c.kv, 1, qs.batch(*c.kv, window), sh.n_head, 1.0f / std::sqrt(float(sh.hd)));
         REQUIRE(max_abs_diff(out, ref) < 2e-5f);
       }
     }

@@ -17,7 +17,9 @@
 
 namespace infer {
 
-class KvCache;
+class KvMemory;
+struct KvLayout;
+enum class KvTier : int;
 class ThreadPool;
 
 // Copies of one weight that backends make for themselves on first use
@@ -64,12 +66,16 @@ struct WeightView {
 };
 
 // Tokens of a batch as attention sees them: token t belongs to KV sequence
-// slot[t] and sits at position pos[t] of that sequence.
+// slot[t], sits at position pos[t] of that sequence, and finds position p's
+// block at table[t][p / block_size] (the sequence's block table, kept by
+// lib/kv's book-keeper; -1 marks a block released by the sliding window).
+// Tokens of one sequence share one table pointer.
 struct AttnBatch {
   int64_t n_tokens = 0;
   const int32_t* pos = nullptr;
   const int32_t* slot = nullptr;
   int32_t window = 0;  // sliding window: attend to positions > pos - window (0: all)
+  const int32_t* const* table = nullptr;
 };
 
 // Rotary embedding: dims [0, n_rot) of each head are rotated by
@@ -99,12 +105,17 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   // x += y, elementwise.
   virtual void add(float* x, const float* y, int64_t n) = 0;
-  // Stores the K and V rows ([n_tokens][kv_dim]) of a layer into the cache.
-  virtual void kv_write(KvCache& kv, int layer, const float* k, const float* v, const AttnBatch& b) = 0;
+  // A pool of KV blocks in this backend's memory (kv/kv_format.h: the
+  // layout and element formats every backend implements). The KV cache's
+  // book-keeper calls it for its primary pool and its host tier.
+  virtual std::unique_ptr<KvMemory> make_kv_memory(const KvLayout& layout, int n_blocks, KvTier tier) = 0;
+  // Stores the K and V rows ([n_tokens][kv_dim]) of a layer into the pool
+  // (made by make_kv_memory), at the blocks the batch's tables name.
+  virtual void kv_write(KvMemory& kv, int layer, const float* k, const float* v, const AttnBatch& b) = 0;
   // Causal attention of each token over positions [0, pos] of its sequence
   // (the last `window` of them for sliding-window models), read through the
-  // block table in the cache's element type. q, out: [n_tokens][n_head * head_dim].
-  virtual void attention(const float* q, const KvCache& kv, int layer, const AttnBatch& b, int n_head,
+  // block tables in the pool's element type. q, out: [n_tokens][n_head * head_dim].
+  virtual void attention(const float* q, const KvMemory& kv, int layer, const AttnBatch& b, int n_head,
                          float scale, float* out) = 0;
 
   // ---- what the engine must know of the backend ----

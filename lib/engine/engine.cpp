@@ -39,7 +39,7 @@ int32_t context_length(const Model& model, const EngineParams& params) {
 
 // The KV pool: kv_blocks, else the byte budget, else room for max_seqs full
 // contexts capped at 1 GiB. (64-bit math: n_ctx may be as large as INT32_MAX.)
-std::unique_ptr<KvCache> make_kv(const Model& model, const EngineParams& params, int32_t n_ctx) {
+std::unique_ptr<KvCache> make_kv(const Model& model, const EngineParams& params, int32_t n_ctx, Backend& backend) {
   if (model.vocab_only()) raise(Status::InvalidArgument, "the model was loaded vocab_only: it cannot generate");
   KvLayout layout = model.kv_layout();
   layout.block_size = params.block_size;
@@ -64,7 +64,10 @@ std::unique_ptr<KvCache> make_kv(const Model& model, const EngineParams& params,
   const uint64_t host_blocks = params.host_kv_budget_bytes / per_block;
   if (host_blocks > (1u << 30)) raise(Status::InvalidArgument, "the host KV budget is too large");
   layout.n_host_blocks = static_cast<int>(host_blocks);
-  return std::make_unique<KvCache>(layout);
+  // The books here, the bytes in the backend's memory.
+  return std::make_unique<KvCache>(layout, [&backend](const KvLayout& l, int n, KvTier tier) {
+    return backend.make_kv_memory(l, n, tier);
+  });
 }
 
 SchedulerConfig scheduler_config(const Model& model, const EngineParams& p, const Backend& backend) {
@@ -87,7 +90,7 @@ Engine::Engine(const Model& model, const EngineParams& params)
       n_ctx_(context_length(model, params)),
       pool_((params.validate(), params.n_threads)),
       backend_(make_backend(model.backend(), pool_)),
-      kv_(make_kv(model, params, n_ctx_)),
+      kv_(make_kv(model, params, n_ctx_, *backend_)),
       sched_(scheduler_config(model, params, *backend_), *kv_),
       created_(Clock::now()) {
   const KvLayout& layout = kv_->layout();

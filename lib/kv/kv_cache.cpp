@@ -13,86 +13,25 @@
 
 namespace infer {
 
-const char* kv_type_name(KvType t) {
-  switch (t) {
-    case KvType::F32: return "f32";
-    case KvType::F16: return "f16";
-    case KvType::I8: return "int8";
-  }
-  return "?";
-}
-
-// ---- storage ----
-
-KvStorage::KvStorage(const KvLayout& layout, int n_blocks) : layout_(layout), n_blocks_(n_blocks) {
-  block_bytes_ = layout.block_elems() * layout.elem_bytes();
-  const size_t n_units = static_cast<size_t>(layout.n_layers) * n_blocks * 2;
-  const size_t bytes = n_units * block_bytes_;
-  const size_t n_scales = n_units * layout.block_scales();
-  void* p = nullptr;
-  if (posix_memalign(&p, 64, std::max<size_t>(bytes, 64)) != 0)
-    raise(Status::OutOfMemory, "cannot allocate %zu bytes for the KV cache", bytes);
-  base_ = static_cast<uint8_t*>(p);
-  if (n_scales > 0) {
-    scales_ = static_cast<float*>(std::calloc(n_scales, sizeof(float)));
-    if (!scales_) {
-      std::free(base_);
-      raise(Status::OutOfMemory, "cannot allocate the KV cache scales");
-    }
-  }
-  if (layout.type == KvType::I8) {
-    const size_t n_off = static_cast<size_t>(layout.n_layers) * n_blocks * layout.n_kv_heads;
-    offsets_ = static_cast<int8_t*>(std::calloc(n_off * layout.head_dim, 1));
-    offset_scales_ = static_cast<float*>(std::calloc(n_off, sizeof(float)));
-    if (!offsets_ || !offset_scales_) {
-      std::free(base_);
-      std::free(scales_);
-      std::free(offsets_);
-      std::free(offset_scales_);
-      raise(Status::OutOfMemory, "cannot allocate the KV cache offsets");
-    }
-  }
-  // Pages are committed lazily as blocks are first written; attention only
-  // reads positions that were written.
-}
-
-KvStorage::~KvStorage() {
-  std::free(base_);
-  std::free(scales_);
-  std::free(offsets_);
-  std::free(offset_scales_);
-}
-
-void KvStorage::copy_block(int dst_block, const KvStorage& src, int src_block) {
-  for (int l = 0; l < layout_.n_layers; ++l) {
-    std::memcpy(k(l, dst_block), src.k(l, src_block), block_bytes_);
-    std::memcpy(v(l, dst_block), src.v(l, src_block), block_bytes_);
-    if (layout_.block_scales()) {
-      std::memcpy(k_scale(l, dst_block), src.k_scale(l, src_block), layout_.block_scales() * sizeof(float));
-      std::memcpy(v_scale(l, dst_block), src.v_scale(l, src_block), layout_.block_scales() * sizeof(float));
-    }
-    if (offsets_) {
-      std::memcpy(k_offset(l, dst_block), src.k_offset(l, src_block), static_cast<size_t>(layout_.n_kv_heads) * layout_.head_dim);
-      std::memcpy(k_offset_scale(l, dst_block), src.k_offset_scale(l, src_block), layout_.n_kv_heads * sizeof(float));
-    }
-  }
-}
-
 // ---- cache ----
 
-KvCache::KvCache(const KvLayout& layout) : layout_(layout) {
+KvCache::KvCache(const KvLayout& layout, const KvMemoryFactory& make_memory) : layout_(layout) {
   if (layout.n_layers <= 0 || layout.n_kv_heads <= 0 || layout.head_dim <= 0 || layout.block_size <= 0 ||
       layout.n_blocks <= 0 || layout.n_host_blocks < 0)
     raise(Status::InvalidArgument, "impossible KV cache layout (%d layers, %d heads, dim %d, block %d, %d blocks)",
           layout.n_layers, layout.n_kv_heads, layout.head_dim, layout.block_size, layout.n_blocks);
   if (layout.type == KvType::I8 && layout.head_dim > 1024)
     raise(Status::InvalidArgument, "int8 KV supports head sizes up to 1024 (got %d)", layout.head_dim);
-  dev_ = std::make_unique<KvStorage>(layout, layout.n_blocks);
+  const KvMemoryFactory& make = make_memory ? make_memory : KvMemoryFactory(make_host_kv_memory);
+  dev_ = make(layout, layout.n_blocks, KvTier::Primary);
+  if (!dev_ || dev_->n_blocks() != layout.n_blocks) raise(Status::Internal, "the backend made a KV pool of the wrong size");
   blocks_.resize(layout.n_blocks);
   block_tokens_.resize(static_cast<size_t>(layout.n_blocks) * layout.block_size);
   for (int b = layout.n_blocks - 1; b >= 0; --b) queue_push_front(b);  // low ids first
   if (layout.n_host_blocks > 0) {
-    host_ = std::make_unique<KvStorage>(layout, layout.n_host_blocks);
+    host_ = make(layout, layout.n_host_blocks, KvTier::Host);
+    if (!host_ || host_->n_blocks() != layout.n_host_blocks)
+      raise(Status::Internal, "the backend made a host KV pool of the wrong size");
     host_blocks_.resize(layout.n_host_blocks);
     host_tokens_.resize(static_cast<size_t>(layout.n_host_blocks) * layout.block_size);
     for (int b = layout.n_host_blocks - 1; b >= 0; --b) host_free_.push_back(b);

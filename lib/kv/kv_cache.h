@@ -6,21 +6,12 @@
 // Attention reads K/V through the table, so sequences grow without copies and
 // a freed block is reused by any sequence.
 //
-// Inside a block the layout is [kv_head][token][head_dim] elements, so one
-// head's keys of a block are contiguous for the attention kernel. Elements
-// are f32, f16, or int8. int8 rows are stored after a Walsh-Hadamard rotation
-// of each head (cpu/attention.cpp), with one 4-byte scale slot per
-// (token, head):
-//  - V: symmetric, an f32 scale: v ≈ q * scale, scale = max|v| / 127.
-//  - K: asymmetric against a per-block offset: k ≈ c + z + q * s, with s and
-//    z two f16 in the scale slot (k_scale_zero) and c a per-(block, head)
-//    offset vector (one int8 row and an f32 scale, k_offset). c is the mean
-//    of the previous block's stored keys of the sequence (0 in a sequence's
-//    first block): keys share a large common part (the slow RoPE pairs) that
-//    a per-token scale would otherwise spend its 8 bits on; the offset keeps
-//    only each token's deviation from its neighbourhood (a per-channel zero
-//    point per block, as KIVI's per-channel key quantization, predicted from
-//    the previous block so tokens are still written one at a time).
+// The cache keeps the books only: which blocks each sequence owns, reference
+// counts, the prefix hashes, the eviction order and the host tier's
+// accounting. The bytes live in pools a backend allocates and owns
+// (KvMemory, see kv_format.h for what a block holds); the cache asks them to
+// copy whole blocks and attention reaches them through the block tables the
+// batch carries.
 //
 // Prefix caching (the vLLM V1 design): a full block is identified by a
 // chained hash h_i = H(h_{i-1}, salt, tokens of block i). Blocks are
@@ -45,88 +36,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kv/kv_format.h"
+
 namespace infer {
-
-enum class KvType : int { F32 = 0, F16 = 1, I8 = 2 };
-const char* kv_type_name(KvType t);
-
-struct KvLayout {
-  int n_layers = 0;
-  int n_kv_heads = 0;
-  int head_dim = 0;
-  int block_size = 16;
-  int n_blocks = 0;        // device (primary) blocks
-  int n_host_blocks = 0;   // second tier; 0 disables it
-  KvType type = KvType::F32;
-
-  int kv_dim() const { return n_kv_heads * head_dim; }
-  size_t elem_bytes() const { return type == KvType::F32 ? 4 : type == KvType::F16 ? 2 : 1; }
-  // Elements of K (or V) for one layer in one block.
-  size_t block_elems() const { return static_cast<size_t>(block_size) * kv_dim(); }
-  // Scales of K (or V) for one layer in one block (int8 only).
-  size_t block_scales() const { return type == KvType::I8 ? static_cast<size_t>(block_size) * n_kv_heads : 0; }
-  // Bytes of the K offset of one layer in one block (int8 only): an int8 row
-  // and an f32 scale per KV head.
-  size_t block_offset_bytes() const {
-    return type == KvType::I8 ? static_cast<size_t>(n_kv_heads) * (head_dim + sizeof(float)) : 0;
-  }
-  // Bytes of K and V, all layers, scales and offsets included, for one block.
-  size_t block_bytes() const {
-    return static_cast<size_t>(n_layers) *
-           (2 * (block_elems() * elem_bytes() + block_scales() * sizeof(float)) + block_offset_bytes());
-  }
-  // Bytes of K and V per token, all layers.
-  double bytes_per_token() const { return static_cast<double>(block_bytes()) / block_size; }
-};
-
-// Raw storage of a pool of blocks for every layer.
-class KvStorage {
- public:
-  KvStorage(const KvLayout& layout, int n_blocks);
-  ~KvStorage();
-  KvStorage(const KvStorage&) = delete;
-  KvStorage& operator=(const KvStorage&) = delete;
-
-  void* k(int layer, int block) { return base_ + offset(layer, block, 0); }
-  void* v(int layer, int block) { return base_ + offset(layer, block, 1); }
-  const void* k(int layer, int block) const { return base_ + offset(layer, block, 0); }
-  const void* v(int layer, int block) const { return base_ + offset(layer, block, 1); }
-  // int8 scales, [kv_head][token] per block.
-  float* k_scale(int layer, int block) { return scales_ + soffset(layer, block, 0); }
-  float* v_scale(int layer, int block) { return scales_ + soffset(layer, block, 1); }
-  const float* k_scale(int layer, int block) const { return scales_ + soffset(layer, block, 0); }
-  const float* v_scale(int layer, int block) const { return scales_ + soffset(layer, block, 1); }
-  // int8 K: the scale slots hold (s, z) as two f16, [kv_head][token][2].
-  uint16_t* k_scale_zero(int layer, int block) { return reinterpret_cast<uint16_t*>(k_scale(layer, block)); }
-  const uint16_t* k_scale_zero(int layer, int block) const {
-    return reinterpret_cast<const uint16_t*>(k_scale(layer, block));
-  }
-  // int8 K offset of a block: [kv_head][head_dim] int8 and [kv_head] f32 scales.
-  int8_t* k_offset(int layer, int block) { return offsets_ + ooffset(layer, block) * layout_.head_dim; }
-  const int8_t* k_offset(int layer, int block) const { return offsets_ + ooffset(layer, block) * layout_.head_dim; }
-  float* k_offset_scale(int layer, int block) { return offset_scales_ + ooffset(layer, block); }
-  const float* k_offset_scale(int layer, int block) const { return offset_scales_ + ooffset(layer, block); }
-  // Copies one block (all layers, K and V, scales) from src[src_block].
-  void copy_block(int dst_block, const KvStorage& src, int src_block);
-
- private:
-  size_t offset(int layer, int block, int kv) const {
-    return ((static_cast<size_t>(layer) * n_blocks_ + block) * 2 + kv) * block_bytes_;
-  }
-  size_t soffset(int layer, int block, int kv) const {
-    return ((static_cast<size_t>(layer) * n_blocks_ + block) * 2 + kv) * layout_.block_scales();
-  }
-  size_t ooffset(int layer, int block) const {
-    return (static_cast<size_t>(layer) * n_blocks_ + block) * layout_.n_kv_heads;
-  }
-  KvLayout layout_;
-  int n_blocks_;
-  size_t block_bytes_;  // one layer, K or V, elements only
-  uint8_t* base_ = nullptr;
-  float* scales_ = nullptr;
-  int8_t* offsets_ = nullptr;
-  float* offset_scales_ = nullptr;
-};
 
 struct KvStats {
   int blocks_total = 0, blocks_used = 0, blocks_free = 0, blocks_cached = 0;
@@ -139,17 +51,19 @@ struct KvStats {
 
 class KvCache {
  public:
+  // Pools come from make_memory (a backend's; host memory when empty).
   // Error(OutOfMemory) when storage cannot be allocated,
   // Error(InvalidArgument) for an impossible layout.
-  explicit KvCache(const KvLayout& layout);
+  explicit KvCache(const KvLayout& layout, const KvMemoryFactory& make_memory = {});
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
   const KvLayout& layout() const { return layout_; }
   KvType type() const { return layout_.type; }
-  KvStorage& storage() { return *dev_; }
-  const KvStorage& storage() const { return *dev_; }
+  // The primary pool, which attention reads and writes.
+  KvMemory& memory() { return *dev_; }
+  const KvMemory& memory() const { return *dev_; }
 
   // ---- sequences ----
   int add_sequence();                  // a new, empty sequence's slot
@@ -250,14 +164,14 @@ class KvCache {
   void host_release(int hb);
 
   KvLayout layout_;
-  std::unique_ptr<KvStorage> dev_;
+  std::unique_ptr<KvMemory> dev_;
   std::vector<Block> blocks_;
   std::vector<int32_t> block_tokens_;  // block_size ids per block, for hit verification
   int32_t q_head_ = -1, q_tail_ = -1;  // free queue (front = next to allocate)
   int n_free_ = 0;
   std::unordered_map<uint64_t, int32_t> cached_;  // hash -> block
 
-  std::unique_ptr<KvStorage> host_;
+  std::unique_ptr<KvMemory> host_;
   std::vector<HostBlock> host_blocks_;
   std::vector<int32_t> host_tokens_;
   std::vector<int32_t> host_free_;

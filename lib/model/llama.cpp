@@ -242,7 +242,9 @@ void LlamaModel::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace
   float* gate = grow(ws.gate, m * c.n_ff);
   float* up = grow(ws.up, m * c.n_ff);
 
-  AttnBatch ab{m, batch.pos.data(), batch.slot.data(), c.sliding_window};
+  const int32_t** tables = grow(ws.tables, m);
+  for (int64_t t = 0; t < m; ++t) tables[t] = kv.block_table(batch.slot[t]).data();
+  AttnBatch ab{m, batch.pos.data(), batch.slot.data(), c.sliding_window, tables};
   RopeParams rp{c.n_rot, c.rope_neox, inv_freq_.data(), c.rope_pos_scale};
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
@@ -256,8 +258,8 @@ void LlamaModel::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace
     be.matmul(L.wv, xb, m, v);
     be.rope(q, m, c.n_head, c.head_dim, batch.pos.data(), rp);
     be.rope(k, m, c.n_head_kv, c.head_dim, batch.pos.data(), rp);
-    be.kv_write(kv, l, k, v, ab);
-    be.attention(q, kv, l, ab, c.n_head, scale, att);
+    be.kv_write(kv.memory(), l, k, v, ab);
+    be.attention(q, kv.memory(), l, ab, c.n_head, scale, att);
     be.matmul(L.wo, att, m, xb);
     be.add(x, xb, m * d);
     // Feed-forward block (SwiGLU).

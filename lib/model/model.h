@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "kv/kv_cache.h"
 #include "model/gguf.h"
+#include "kv/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace infer {
@@ -69,6 +69,7 @@ struct LoadOptions {
 struct Workspace {
   std::vector<float> x, xb, q, k, v, att, gate, up, rows, logits_tmp;
   std::vector<int32_t> ids;
+  std::vector<const int32_t*> tables;  // each token's block table (AttnBatch::table)
 };
 
 class Model {
