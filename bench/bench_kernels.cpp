@@ -140,7 +140,7 @@ void peak_body(benchmark::State& state, double ops_per_iter, const std::function
 
 void BM_PeakFma(benchmark::State& state) {
   const bool z = state.range(0) == 1;
-  if (z && !__builtin_cpu_supports("avx512f")) return state.SkipWithError("no AVX-512");
+  if (z && cpu::detected_isa() < cpu::Isa::Avx512) return state.SkipWithError("no AVX-512");
   // 12 FMAs of 8 or 16 lanes, 2 flops each.
   peak_body(state, 12.0 * (z ? 16 : 8) * 2, [z](int64_t n) { return z ? fma_loop_avx512(n) : fma_loop_avx2(n); });
 }
@@ -148,7 +148,7 @@ BENCHMARK(BM_PeakFma)->ArgsProduct({{0, 1}, {1, 2}})->UseRealTime();
 
 void BM_PeakInt8(benchmark::State& state) {
   const bool z = state.range(0) == 1;
-  if (z && !__builtin_cpu_supports("avx512vnni")) return state.SkipWithError("no AVX-512-VNNI");
+  if (z && cpu::detected_isa() < cpu::Isa::Avx512) return state.SkipWithError("no AVX-512-VNNI");
   // 12 instructions of 32 (AVX2) or 64 (VNNI) u8 x s8 multiply-adds, 2 ops each.
   peak_body(state, 12.0 * (z ? 64 : 32) * 2, [z](int64_t n) { return double(z ? int8_loop_vnni(n) : int8_loop_avx2(n)); });
 }
@@ -198,7 +198,7 @@ BENCHMARK(BM_PeakAmxInt8)->ArgsProduct({{64, 32}, {1, 2}})->UseRealTime();
 void BM_DotF32(benchmark::State& state) {
   const int64_t n = state.range(0);
   std::vector<float> a(n, 0.5f), b(n, 0.25f);
-  const cpu::Kernels& k = cpu::kernels();
+  const cpu::IsaKernels& k = cpu::kernels();
   for (auto _ : state) benchmark::DoNotOptimize(k.dot_f32(a.data(), b.data(), n));
   state.SetItemsProcessed(int64_t(state.iterations()) * n);
 }

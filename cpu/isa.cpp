@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/log.h"
+
 namespace infer::cpu {
 
 namespace {
@@ -22,6 +24,8 @@ Isa env_cap() {
   if (!std::strcmp(s, "scalar")) return Isa::Scalar;
   if (!std::strcmp(s, "avx2")) return Isa::Avx2;
   if (!std::strcmp(s, "avx512")) return Isa::Avx512;
+  if (std::strcmp(s, "amx") != 0)
+    log(LogLevel::Warn, "INFER_CPU_ISA=%s is not one of scalar, avx2, avx512, amx: ignored", s);
   return Isa::Amx;
 }
 
@@ -88,6 +92,8 @@ Isa active_isa() {
   const int d = static_cast<int>(detected_isa());
   return static_cast<Isa>(c < d ? c : d);
 }
+
+Isa isa_cap() { return static_cast<Isa>(cap().load(std::memory_order_relaxed)); }
 
 Isa set_isa_cap(Isa c) { return static_cast<Isa>(cap().exchange(static_cast<int>(c), std::memory_order_relaxed)); }
 

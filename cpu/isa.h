@@ -1,6 +1,8 @@
-// Which instruction set the CPU matmul kernels use. Decided once from cpuid,
-// capped by the environment variable INFER_CPU_ISA (scalar | avx2 | avx512 |
-// amx, read once) and, for tests, by set_isa_cap().
+// Which instruction set the CPU backend's kernels use. The one place that
+// reads cpuid: detected once, capped by the environment variable
+// INFER_CPU_ISA (scalar | avx2 | avx512 | amx, read once) and, for tests and
+// benchmarks, by set_isa_cap(). Every kernel table follows active_isa()
+// (cpu/kernels.h), and so does oneDNN (cpu/onednn_matmul.cpp).
 #pragma once
 
 namespace infer::cpu {
@@ -17,6 +19,8 @@ const char* isa_name(Isa isa);
 Isa detected_isa();
 // detected_isa(), capped by INFER_CPU_ISA and set_isa_cap().
 Isa active_isa();
+// The cap alone: INFER_CPU_ISA or the last set_isa_cap() (Isa::Amx: none).
+Isa isa_cap();
 // Caps the ISA used from now on (tests force the scalar path with it).
 // Passing Isa::Amx lifts the cap (detection still applies). Returns the
 // previous cap, to restore it.

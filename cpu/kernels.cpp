@@ -1,66 +1,39 @@
+// The kernel tables of every ISA and the choice among them. Compiled for the
+// baseline ISA: the tables hold only function addresses (constant
+// initialization), so nothing of an ISA runs unless active_isa() allows it.
 #include "cpu/kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
-#include "core/fp16.h"
+#include "cpu/isa_kernels.h"
 
 namespace infer::cpu {
 
 namespace {
 
-float dot_scalar(const float* a, const float* b, int64_t n) {
-  // Four partial sums: the same association order on every run.
-  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    s0 += a[i] * b[i];
-    s1 += a[i + 1] * b[i + 1];
-    s2 += a[i + 2] * b[i + 2];
-    s3 += a[i + 3] * b[i + 3];
-  }
-  for (; i < n; ++i) s0 += a[i] * b[i];
-  return (s0 + s1) + (s2 + s3);
-}
+// FIELDS(ns): the vector, op and quantizer kernels of namespace ns, in the
+// order of IsaKernels.
+#define INFER_CPU_TABLE(ns_vec, ns_attn)                                                                  \
+  ns_vec::dot_f32, ns_vec::axpy_f32, ns_vec::f16_to_f32, ns_vec::f32_to_f16, ns_attn::attn_scores,      \
+      ns_attn::attn_accum, ns_vec::exp_sum, ns_vec::i8_rows_to_f32, ns_vec::rms_norm, ns_vec::swiglu,   \
+      ns_vec::add, ns_vec::rope, ns_vec::quantize_acts
 
-void axpy_scalar(float s, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += s * x[i];
-}
+constexpr IsaKernels kScalar{"scalar", INFER_CPU_TABLE(scalar, scalar), scalar::format_kernel, nullptr};
+constexpr IsaKernels kAvx2{"avx2", INFER_CPU_TABLE(avx2, avx2), avx2::format_kernel, &kScalar};
+// AVX-512: its own attention and matmul panels, AVX2's other kernels.
+constexpr IsaKernels kAvx512{"avx512", INFER_CPU_TABLE(avx2, avx512), avx512::format_kernel, &kAvx2};
+// AMX: its tile matmuls (m >= kAmxMinRows), AVX-512's everything else.
+constexpr IsaKernels kAmx{"amx", INFER_CPU_TABLE(avx2, avx512), amx::format_kernel, &kAvx512};
 
-void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(src[i]);
-}
+#undef INFER_CPU_TABLE
+
+constexpr const IsaKernels* kTables[] = {&kScalar, &kAvx2, &kAvx512, &kAmx};
 
 }  // namespace
 
-const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", dot_scalar, axpy_scalar, f16_to_f32_scalar};
-  return k;
-}
+const IsaKernels& kernels() { return *kTables[static_cast<int>(active_isa())]; }
 
-extern const Kernels kAvx2Kernels;  // cpu/avx2/kernels_avx2.cpp
-
-const Kernels* avx2_kernels() {
-#if defined(__x86_64__) || defined(__i386__)
-  // F16C is CPUID.1:ECX bit 29 (not every compiler knows it by name).
-  static const bool ok = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-  }();
-  return ok ? &kAvx2Kernels : nullptr;
-#else
-  return nullptr;
-#endif
-}
-
-const Kernels& kernels() {
-  static const Kernels* best = [] {
-    if (const Kernels* k = avx2_kernels()) return k;
-    return &scalar_kernels();
-  }();
-  return *best;
+const IsaKernels& kernels_for(Isa isa) {
+  const Isa d = detected_isa();
+  return *kTables[static_cast<int>(isa < d ? isa : d)];
 }
 
 }  // namespace infer::cpu

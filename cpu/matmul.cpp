@@ -1,7 +1,8 @@
 // The CPU matmul driver: y = x · Wᵀ for weights in their file format.
 //
-// For each call it picks the kernel of the best ISA available for the weight
-// format (cpu/avx512/, cpu/avx2/, else the portable path here), prepares
+// For each call it picks the micro-kernel of the active ISA for the weight
+// format (IsaKernels::format_kernel, cpu/kernels.h; an ISA without one for
+// the format hands it to the ISA below, down to the portable one), prepares
 // what that kernel works on (int8 activation blocks; repacked weight panels,
 // made once per weight and kept in its WeightCache), and splits the output
 // columns over the pool in chunks of whole 16-row panels that threads claim
@@ -58,37 +59,17 @@ int prefetch_distance() {
 
 namespace {
 
-// ---- the portable path: each weight row converted to f32 once, then dotted
-// with every row of x --------------------------------------------------------------------
-
-void tile_scalar(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const WeightView& w = *a.w;
-  const Kernels& k = scalar_kernels();
-  static thread_local std::vector<float>* buf_slot = nullptr;
-  std::vector<float>& buf = tls_object(buf_slot);
-  if (static_cast<int64_t>(buf.size()) < w.n_in) buf.resize(static_cast<size_t>(w.n_in));
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* wr = weight_row_f32(w, r, buf.data());
-    for (int64_t i = 0; i < a.m; ++i) a.y[i * w.n_out + r] = k.dot_f32(a.x + i * w.n_in, wr, w.n_in);
+// The kernel for weights of type t and m rows of x: the table's own, else
+// the first ISA below it that has one (scalar has every format); *from: the
+// table it came from.
+FormatKernel pick_kernel(const IsaKernels& isa, DType t, int64_t m, const IsaKernels** from = nullptr) {
+  for (const IsaKernels* k = &isa;; k = k->fallback) {
+    const FormatKernel f = k->format_kernel(t, m);
+    if (f.tile || !k->fallback) {
+      if (from) *from = k;
+      return f;
+    }
   }
-}
-
-FormatKernel pick_kernel(Isa isa, DType t, int64_t m) {
-  if (isa >= Isa::Amx) {
-    FormatKernel k = amx_format_kernel(t, m);
-    if (k.tile) return k;
-  }
-  if (isa >= Isa::Avx512) {
-    FormatKernel k = avx512_format_kernel(t, m);
-    if (k.tile) return k;
-  }
-  if (isa >= Isa::Avx2) {
-    FormatKernel k = avx2_format_kernel(t, m);
-    if (k.tile) return k;
-  }
-  FormatKernel k;
-  k.tile = tile_scalar;
-  return k;
 }
 
 // Scratch for int8 activations, reused across calls by the calling thread.
@@ -103,22 +84,28 @@ const char kPanelsKey = 0;  // WeightCache tag of the panels
 
 }  // namespace
 
+const char* matmul_kernel_isa(DType t, int64_t m, int64_t n_in, int64_t n_out) {
+  if (onednn_preferred(t, m, n_in, n_out)) return "onednn";
+  const IsaKernels* from = nullptr;
+  pick_kernel(kernels(), t, m, &from);
+  return from->isa;
+}
+
 void prepare_weight(ThreadPool& pool, const WeightView& w) {
   if (!w.cache || w.n_out <= 0) return;
-  const Isa isa = active_isa();
+  const IsaKernels& isa = kernels();
   // The layouts matmul picks depend on the row count: build each one that
   // some row count would use (decode, small batches, prefill tiles).
   for (const int64_t m : {1, 2, 4, 8, 16, 32, 64, 256, 1024}) {
-    if (isa >= Isa::Avx2 && onednn_preferred(w.type, m, w.n_in, w.n_out)) onednn_prepare(w);
+    if (onednn_preferred(w.type, m, w.n_in, w.n_out)) onednn_prepare(w);
     if (pick_kernel(isa, w.type, m).panels) w.cache->get<Panels>(&kPanelsKey, [&] { return pack_panels(w, &pool); });
   }
 }
 
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {
   if (m <= 0 || w.n_out <= 0) return;
-  const Isa isa = active_isa();
-  if (isa >= Isa::Avx2 && onednn_preferred(w.type, m, w.n_in, w.n_out) && onednn_matmul(pool, w, x, m, y))
-    return;
+  const IsaKernels& isa = kernels();
+  if (onednn_preferred(w.type, m, w.n_in, w.n_out) && onednn_matmul(pool, w, x, m, y)) return;
   const FormatKernel k = pick_kernel(isa, w.type, m);
 
   MatmulArgs args;
@@ -160,7 +147,7 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
       scratch.sum.resize(static_cast<size_t>(m * qa.nb));
       qa.sum = scratch.sum.data();
     }
-    const QuantizeActsFn quant = isa >= Isa::Avx2 ? quantize_acts_avx2 : quantize_acts_scalar;
+    const auto quant = isa.quantize_acts;
     auto rows = [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         int8_t* q = scratch.q.data() + i * qa.n_pad;
@@ -205,30 +192,6 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
     work(0, 1);
   } else {
     pool.run(work);
-  }
-}
-
-}  // namespace infer::cpu
-
-namespace infer::cpu {
-
-// The reference activation quantizer: per block, d = max|x| / 127 and
-// q = round(x / d) (the SIMD versions compute the same values).
-void quantize_acts_scalar(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
-                          float* xs) {
-  for (int64_t b0 = 0, bi = 0; b0 < n_pad; b0 += block, ++bi) {
-    float amax = 0;
-    for (int64_t k = b0; k < std::min(n, b0 + block); ++k) amax = std::max(amax, std::fabs(x[k]));
-    const float id = amax > 0 ? 127.0f / amax : 0.0f;
-    int32_t sum = 0;
-    for (int64_t k = b0; k < b0 + block; ++k) {
-      const int v = k < n ? static_cast<int>(std::nearbyint(x[k] * id)) : 0;
-      q[k] = static_cast<int8_t>(v);
-      if (u) u[k] = static_cast<uint8_t>(v + 128);
-      sum += v;
-    }
-    d[bi] = amax / 127.0f;
-    xs[bi] = d[bi] * static_cast<float>(sum);
   }
 }
 

@@ -1,6 +1,7 @@
 // Matrix multiplication against weights in their file format: y = x · Wᵀ.
-// Kernels per ISA (cpu/avx512/, cpu/avx2/, portable fallback), chosen at
-// run time (cpu/isa.h); the internals are in cpu/qmatmul.h.
+// Micro-kernels per ISA (cpu/scalar/, cpu/avx2/, cpu/avx512/, cpu/amx/),
+// chosen at run time from the active ISA's table (cpu/kernels.h); the
+// internals are in cpu/qmatmul.h.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,11 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
 // Builds every repacked copy of w that matmul would build on first use, for
 // any row count, into w.cache (a no-op without a cache).
 void prepare_weight(ThreadPool& pool, const WeightView& w);
+
+// Which kernels matmul runs now for weights of type t and shape n_out x n_in
+// against m rows of x: the name of the ISA whose micro-kernel it is
+// ("scalar", "avx2", "avx512", "amx"), or "onednn". For tests and tools.
+const char* matmul_kernel_isa(DType t, int64_t m, int64_t n_in, int64_t n_out);
 
 // Row r of w as f32: a pointer into the weights for f32, otherwise the row
 // converted into buf (n_in floats).

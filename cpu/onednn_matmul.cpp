@@ -36,8 +36,36 @@ namespace {
 
 constexpr int64_t kBlockN = 256;  // output columns per block
 
+// oneDNN dispatches on the CPU by itself. When INFER_CPU_ISA caps us below
+// what the CPU has, oneDNN gets the same cap, at its first use
+// (set_max_cpu_isa works once per process, before oneDNN's first primitive;
+// a later set_isa_cap() cannot move it, so onednn_preferred also keeps
+// oneDNN away below AVX2 and from its AMX kernels under a cap below AMX).
+// vnni: whether oneDNN's int8 kernels multiply with VNNI (else vpmaddubsw,
+// whose 16-bit pair sums saturate for u8 x s8: see the u7 activations).
+struct OnednnIsa {
+  bool vnni;
+};
+
+const OnednnIsa& onednn_isa() {
+  static const OnednnIsa o = [] {
+    bool vnni = has_int8_vnni();
+    const Isa cap = active_isa();
+    if (cap < detected_isa()) {
+      const dnnl::cpu_isa isa = cap >= Isa::Avx512 ? dnnl::cpu_isa::avx512_core_vnni : dnnl::cpu_isa::avx2;
+      // Fails when ONEDNN_MAX_CPU_ISA already decided: then oneDNN keeps that.
+      if (dnnl::set_max_cpu_isa(isa) == dnnl::status::success && cap <= Isa::Avx2) vnni = false;
+    }
+    return OnednnIsa{vnni};
+  }();
+  return o;
+}
+
 dnnl::engine& cpu_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static dnnl::engine e = [] {
+    onednn_isa();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
@@ -104,7 +132,7 @@ struct OnednnWeight {
 std::shared_ptr<OnednnWeight> prepare(const WeightView& w) {
   auto ow = std::make_shared<OnednnWeight>();
   ow->int8 = w.type == DType::W8A8;
-  ow->u7 = ow->int8 && !has_int8_vnni();
+  ow->u7 = ow->int8 && !onednn_isa().vnni;
   ow->zero_point = ow->u7 ? 64 : 128;
   ow->K = w.n_in;
   ow->N = w.n_out;
@@ -169,10 +197,18 @@ bool onednn_has_amx_int8() {
 
 }  // namespace
 
+bool onednn_int8_vnni() {
+  cpu_engine();
+  return onednn_isa().vnni;
+}
+
 void set_onednn_policy(int policy) { onednn_policy().store(policy < 0 ? -1 : (policy > 0 ? 1 : 0)); }
 
 bool onednn_preferred(DType t, int64_t m, int64_t n_in, int64_t n_out) {
   if (t != DType::W8A8 && t != DType::F32) return false;
+  // oneDNN's kernels are SIMD code: not under INFER_CPU_ISA=scalar, even when forced.
+  const Isa isa = active_isa();
+  if (isa < Isa::Avx2) return false;
   const int force = onednn_policy().load(std::memory_order_relaxed);
   if (force >= 0) return force > 0;
   if (n_in < 256 || n_out < 256) return false;
@@ -180,11 +216,12 @@ bool onednn_preferred(DType t, int64_t m, int64_t n_in, int64_t n_out) {
   // int8 kernels overtake our VNNI panels between m = 4 and 16 (1.2x at 16,
   // 1.9x at 64, 2.9x at 256); without AMX ours are kept. For f32 weights
   // oneDNN's sgemm beats our panels from m = 4 on.
-  // Our own AMX kernel (cpu/avx512, m >= kAmxMinRows) beats oneDNN's at m =
+  // Our own AMX kernel (cpu/amx, m >= kAmxMinRows) beats oneDNN's at m =
   // 16, 64 and 256 (0.35 / 1.19 / 3.88 ms vs 0.46 / 1.29 / 4.20 ms, same
-  // benchmark); oneDNN keeps the m between 8 and that.
+  // benchmark); oneDNN keeps the m between 8 and that. Its AMX kernels are
+  // AMX: only when the cap allows AMX (INFER_CPU_ISA=avx512 means none).
   if (t == DType::W8A8)
-    return m >= 8 && onednn_has_amx_int8() && !(active_isa() >= Isa::Amx && m >= kAmxMinRows);
+    return m >= 8 && isa_cap() >= Isa::Amx && onednn_has_amx_int8() && !(isa >= Isa::Amx && m >= kAmxMinRows);
   return m >= 4;
 }
 

@@ -27,9 +27,14 @@ bool onednn_matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_
 
 // Whether the oneDNN path should be used for this shape (decided by
 // measurement, bench/RESULTS.md); INFER_ONEDNN=0 / 1 forces it off / on.
+// Never below Isa::Avx2 (INFER_CPU_ISA=scalar: no SIMD code at all), and
+// oneDNN's AMX kernels only when the cap allows AMX.
 bool onednn_preferred(DType t, int64_t m, int64_t n_in, int64_t n_out);
 // Reorders w for oneDNN into w.cache now (the first onednn_matmul would).
 void onednn_prepare(const WeightView& w);
+// Whether oneDNN's int8 matmul uses VNNI: the CPU has it and INFER_CPU_ISA
+// does not cap oneDNN below it. Without, the activations are 7-bit (u7).
+bool onednn_int8_vnni();
 // -1: by shape (the default, or INFER_ONEDNN from the environment); 0: never; 1: always.
 void set_onednn_policy(int policy);
 

@@ -1,6 +1,8 @@
 // Internals of the CPU matmul: what the driver (cpu/matmul.cpp) hands the
-// per-ISA kernels (cpu/avx2/, cpu/avx512/), the int8 activation blocks and
-// the repacked weight panels.
+// per-ISA kernels (cpu/avx2/, cpu/avx512/, cpu/amx/, found through
+// IsaKernels::format_kernel, cpu/kernels.h), the int8 activation blocks and
+// the repacked weight panels. The loops around the micro-kernels are in
+// cpu/gemm_driver.h.
 //
 // Kernels compute y[i][r] = x[i] · w[r] for every activation row i and the
 // weight rows [r0, r1) the driver gives them (whole 16-row panels except at
@@ -120,37 +122,8 @@ struct FormatKernel {
 // (bytes, 0 = off) overrides it, for tuning.
 int prefetch_distance();
 
-// Prefetches, `dist` bytes ahead, every cache line of [from, to): kernels call
-// it once per block of their stream, so that blocks whose size is not a
-// multiple of 64 bytes (a Q4_1 block of a panel is 320) still get every line
-// prefetched, not only the lines their 64-byte loads start in.
-// Locality 3 fetches into L1; the AMX kernels ask for 2 (L2): their tile
-// stores need L1 for themselves.
-template <int Locality = 3>
-inline void prefetch_span(const uint8_t* from, const uint8_t* to, int dist) {
-  if (!dist) return;
-  const uintptr_t e = reinterpret_cast<uintptr_t>(to) + static_cast<uintptr_t>(dist);
-  for (uintptr_t a = (reinterpret_cast<uintptr_t>(from) + static_cast<uintptr_t>(dist)) & ~uintptr_t(63); a < e; a += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(a), 0, Locality);
-}
-
-// Kernel tables of each ISA (cpu/avx2/qgemm_avx2.cpp, cpu/avx512/qgemm_avx512.cpp).
-FormatKernel avx2_format_kernel(DType t, int64_t m);
-FormatKernel avx512_format_kernel(DType t, int64_t m);
-// AMX tile kernels (in cpu/avx512/qgemm_avx512.cpp): Q4_0, Q4_1, Q4_K,
-// INT4_G*, Q8_0 and W8A8 panels for m >= kAmxMinRows; the same panels and
-// (bit-identical) results as the AVX-512 kernels. No kernel below that m,
-// or when the build has no AMX support.
-FormatKernel amx_format_kernel(DType t, int64_t m);
+// Rows of x from which the AMX tile kernels (cpu/amx/) take over from the
+// AVX-512 ones: below it they have no kernel.
 constexpr int64_t kAmxMinRows = 16;
-
-// Quantizes one row of n floats into int8 blocks of `block` values (n_pad
-// values written, the tail zero). u may be nullptr.
-using QuantizeActsFn = void (*)(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u,
-                                float* d, float* xs);
-void quantize_acts_scalar(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
-                          float* xs);
-void quantize_acts_avx2(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
-                        float* xs);
 
 }  // namespace infer::cpu

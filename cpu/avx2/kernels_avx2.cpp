@@ -1,9 +1,10 @@
-// AVX2 + FMA + F16C kernels. This file is compiled with -mavx2 -mfma -mf16c;
-// nothing here runs unless cpuid says the CPU has all three.
+// AVX2 + FMA + F16C vector primitives (cpu/kernels.h). This file is compiled
+// with -mavx2 -mfma -mf16c; nothing here runs unless cpuid says the CPU has
+// all three (cpu/isa.cpp) and the ISA cap allows AVX2.
 #include <immintrin.h>
 
-#include "cpu/kernels.h"
 #include "core/fp16.h"
+#include "cpu/isa_kernels.h"
 
 namespace infer::cpu {
 
@@ -20,7 +21,11 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-float dot_avx2(const float* a, const float* b, int64_t n) {
+}  // namespace
+
+namespace avx2 {
+
+float dot_f32(const float* a, const float* b, int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -36,7 +41,7 @@ float dot_avx2(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void axpy_avx2(float s, const float* x, float* y, int64_t n) {
+void axpy_f32(float s, const float* x, float* y, int64_t n) {
   const __m256 vs = _mm256_set1_ps(s);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -44,18 +49,13 @@ void axpy_avx2(float s, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += s * x[i];
 }
 
-void f16_to_f32_avx2(const uint16_t* src, float* dst, int64_t n) {
+void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
   for (; i < n; ++i) dst[i] = fp16_to_f32(src[i]);
 }
 
-}  // namespace
-
-// Constant-initialized: taking its address runs no AVX2 code. The cpuid
-// check is in cpu/kernels.cpp, compiled for the baseline ISA.
-extern const Kernels kAvx2Kernels;
-const Kernels kAvx2Kernels{"avx2", dot_avx2, axpy_avx2, f16_to_f32_avx2};
+}  // namespace avx2
 
 }  // namespace infer::cpu

@@ -1,6 +1,6 @@
-// AVX2 + FMA + F16C versions of the op kernels (cpu/ops.h). This file is
+// AVX2 + FMA + F16C versions of the op kernels (cpu/kernels.h). This file is
 // compiled with -mavx2 -mfma -mf16c; nothing here runs unless cpuid says the
-// CPU has all three (cpu/ops.cpp hands the table out after that check).
+// CPU has all three and the ISA cap allows AVX2 (cpu/kernels.cpp).
 //
 // Every output is computed by the same instruction sequence wherever it sits
 // in a call: tails are padded to a full vector and go through the vector
@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "core/fp16.h"
-#include "cpu/ops.h"
+#include "cpu/isa_kernels.h"
 
 namespace infer::cpu {
 
@@ -371,10 +371,26 @@ void rope_avx2(float* v, const float* cs, int half, bool neox) {
 
 }  // namespace
 
-// Constant-initialized: taking its address runs no AVX2 code.
-extern const OpKernels kAvx2OpKernels;
-const OpKernels kAvx2OpKernels{"avx2",          attn_scores_avx2, attn_accum_avx2, exp_sum_avx2,
-                               i8_rows_to_f32_avx2, f32_to_f16_avx2,  rms_norm_avx2,   swiglu_avx2,
-                               add_avx2,        rope_avx2};
+// The entry points of cpu/isa_kernels.h.
+namespace avx2 {
+
+void attn_scores(const float* q, int nq, int64_t qs, const float* k, int n, int hd, float scale, float* s,
+                 int64_t ss) {
+  attn_scores_avx2(q, nq, qs, k, n, hd, scale, s, ss);
+}
+void attn_accum(const float* p, int nq, int64_t ps, const float* v, int n, int hd, float* o, int64_t os) {
+  attn_accum_avx2(p, nq, ps, v, n, hd, o, os);
+}
+float exp_sum(float* x, int n, float* m) { return exp_sum_avx2(x, n, m); }
+void i8_rows_to_f32(const int8_t* src, const float* scales, int rows, int hd, float* dst) {
+  i8_rows_to_f32_avx2(src, scales, rows, hd, dst);
+}
+void f32_to_f16(const float* src, uint16_t* dst, int64_t n) { f32_to_f16_avx2(src, dst, n); }
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) { rms_norm_avx2(x, w, n, eps, y); }
+void swiglu(const float* gate, const float* up, float* out, int64_t n) { swiglu_avx2(gate, up, out, n); }
+void add(float* x, const float* y, int64_t n) { add_avx2(x, y, n); }
+void rope(float* v, const float* cs, int half, bool neox) { rope_avx2(v, cs, half, neox); }
+
+}  // namespace avx2
 
 }  // namespace infer::cpu

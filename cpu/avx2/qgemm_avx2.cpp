@@ -1,5 +1,7 @@
-// AVX2 + FMA + F16C matmul kernels for every weight format. Compiled with
-// -mavx2 -mfma -mf16c; only called when cpuid says the CPU has them.
+// AVX2 + FMA + F16C matmul micro-kernels for every weight format. Compiled
+// with -mavx2 -mfma -mf16c; only called when cpuid says the CPU has them and
+// the ISA cap allows AVX2 (cpu/kernels.cpp). The loops around them are the
+// ISA-neutral drivers of cpu/gemm_driver.h.
 //
 // Three families:
 //  - Panels (Q4_0, Q4_1, Q4_K, INT4_G*, Q8_0, W8A8; cpu/qmatmul.h): 8 weight
@@ -23,7 +25,8 @@
 
 #include "core/fp16.h"
 #include "core/tls.h"
-#include "cpu/qmatmul.h"
+#include "cpu/gemm_driver.h"
+#include "cpu/isa_kernels.h"
 
 namespace infer::cpu {
 
@@ -72,7 +75,6 @@ inline __m256i quant32(const float* x, __m256 id, __m256i* sum) {
   return _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-}  // namespace
 
 void quantize_acts_avx2(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
                         float* xs) {
@@ -109,7 +111,6 @@ void quantize_acts_avx2(const float* x, int64_t n, int64_t n_pad, int64_t block,
   }
 }
 
-namespace {
 
 // ---- panels: Q4_0 and INT4 (K4) --------------------------------------------------------
 
@@ -357,62 +358,52 @@ void k8_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0,
   }
 }
 
-// Panels of rows [r0, r1) against m <= 2 rows of x, a whole panel at a time;
-// Full::run<NX> is one of the whole-panel kernels (k4_full, k8_full).
-template <class Full>
-void panels_small_m(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const Panels& P = *a.panels;
-  const int64_t n_out = a.w->n_out;
-  alignas(32) float out[2 * 16];
-  for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
-    const int64_t c0 = p * kPanelRows;
-    const int nc = static_cast<int>(std::min<int64_t>(kPanelRows, r1 - c0));
-    if (a.m >= 2) Full::template run<2>(P, P.panel(p), *a.qa, out);
-    else Full::template run<1>(P, P.panel(p), *a.qa, out);
-    for (int r = 0; r < a.m; ++r) std::memcpy(a.y + r * n_out + c0, out + 16 * r, sizeof(float) * nc);
+// The panel micro-kernels as cpu/gemm_driver.h's panel_gemm takes them:
+// half a panel (8 rows of W) against up to 4 rows of x, or (decode, m <= 2)
+// the whole panel in one pass, so that memory is not left idle during a
+// second half pass.
+template <Panels::Scales S>
+struct K4Half {
+  static constexpr int kCols = 8, kRows = 4;
+  template <int NX>
+  static void run(const Panels& P, const uint8_t* p, int part, const QActs& q, int64_t i, float* o) {
+    k4_half<NX, S>(P, p, part, q, i, o);
   }
-}
-
-template <Panels::Scales S> struct K4Full {
-  template <int NX> static void run(const Panels& P, const uint8_t* p, const QActs& q, float* o) { k4_full<NX, S>(P, p, q, 0, o); }
+  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
 };
-template <bool PerRow> struct K8Full {
-  template <int NX> static void run(const Panels& P, const uint8_t* p, const QActs& q, float* o) { k8_full<NX, PerRow>(P, p, q, 0, o); }
-};
-
-// Walks the panels of rows [r0, r1) and the rows of x in tiles of 4; the
-// half-panel kernel HalfFn<NX> writes NX x 8 results that land in y.
-template <template <int> class Half>
-void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const Panels& P = *a.panels;
-  const int64_t n_out = a.w->n_out;
-  alignas(32) float out[4 * 8];
-  for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
-    const uint8_t* panel = P.panel(p);
-    for (int half = 0; half < 2; ++half) {
-      const int64_t c0 = p * kPanelRows + 8 * half;
-      if (c0 >= r1) break;
-      const int nc = static_cast<int>(std::min<int64_t>(8, r1 - c0));
-      for (int64_t i = 0; i < a.m; i += 4) {
-        const int nx = static_cast<int>(std::min<int64_t>(4, a.m - i));
-        switch (nx) {
-          case 4: Half<4>::run(P, panel, half, *a.qa, i, out); break;
-          case 3: Half<3>::run(P, panel, half, *a.qa, i, out); break;
-          case 2: Half<2>::run(P, panel, half, *a.qa, i, out); break;
-          default: Half<1>::run(P, panel, half, *a.qa, i, out); break;
-        }
-        for (int r = 0; r < nx; ++r) std::memcpy(a.y + (i + r) * n_out + c0, out + 8 * r, sizeof(float) * nc);
-      }
-    }
+template <Panels::Scales S>
+struct K4Full {
+  static constexpr int kCols = 16, kRows = 2;
+  template <int NX>
+  static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
+    k4_full<NX, S>(P, p, q, i, o);
   }
-}
+  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
+};
+template <bool PerRow>
+struct K8Half {
+  static constexpr int kCols = 8, kRows = 4;
+  template <int NX>
+  static void run(const Panels& P, const uint8_t* p, int part, const QActs& q, int64_t i, float* o) {
+    k8_half<NX, PerRow>(P, p, part, q, i, o);
+  }
+  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
+};
+template <bool PerRow>
+struct K8Full {
+  static constexpr int kCols = 16, kRows = 2;
+  template <int NX>
+  static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
+    k8_full<NX, PerRow>(P, p, q, i, o);
+  }
+  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
+};
 
-template <int NX> struct Q40Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, Panels::Scales::Q4_0>(P, p, h, q, i, o); } };
-template <int NX> struct Q41Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, Panels::Scales::Q4_1>(P, p, h, q, i, o); } };
-template <int NX> struct Q4KHalf { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, Panels::Scales::Q4_K>(P, p, h, q, i, o); } };
-template <int NX> struct I4Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k4_half<NX, Panels::Scales::Int4>(P, p, h, q, i, o); } };
-template <int NX> struct Q80Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k8_half<NX, false>(P, p, h, q, i, o); } };
-template <int NX> struct W8Half { static void run(const Panels& P, const uint8_t* p, int h, const QActs& q, int64_t i, float* o) { k8_half<NX, true>(P, p, h, q, i, o); } };
+// The panel kernel of a format for m rows of x.
+template <class Half, class Full>
+TileFn panels_for(int64_t m) {
+  return m <= 2 ? panel_tiles<Full> : panel_tiles<Half>;
+}
 
 // ---- block formats in their file layout -------------------------------------------------
 
@@ -612,23 +603,6 @@ void float_rows_dot(const uint8_t* wr, const float* x, int64_t n, int64_t ldx, f
   }
 }
 
-template <class L>
-void tile_float_dot(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const WeightView& w = *a.w;
-  for (int64_t r = r0; r < r1; ++r) {
-    for (int64_t i = 0; i < a.m; i += 4) {
-      const float* x = a.x + i * w.n_in;
-      float* y = a.y + i * w.n_out + r;
-      switch (std::min<int64_t>(4, a.m - i)) {
-        case 4: float_rows_dot<L, 4>(w.row(r), x, w.n_in, w.n_in, y, w.n_out); break;
-        case 3: float_rows_dot<L, 3>(w.row(r), x, w.n_in, w.n_in, y, w.n_out); break;
-        case 2: float_rows_dot<L, 2>(w.row(r), x, w.n_in, w.n_in, y, w.n_out); break;
-        default: float_rows_dot<L, 1>(w.row(r), x, w.n_in, w.n_in, y, w.n_out); break;
-      }
-    }
-  }
-}
-
 // 8 x 8 transpose of floats held in r[0..7] (row i of the result = column i).
 inline void transpose8(__m256 r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -689,44 +663,23 @@ void float_panel_kernel(const float* panel, int64_t n, const float* x, int64_t l
   }
 }
 
-template <class L>
-void tile_float_gemm(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const WeightView& w = *a.w;
-  const int64_t n = w.n_in;
-  struct Buf {
-    float* p = nullptr;
-    size_t n = 0;
-    ~Buf() { std::free(p); }
-  };
-  static thread_local Buf* buf_slot = nullptr;
-  Buf& buf = tls_object(buf_slot);
-  const size_t need = static_cast<size_t>(n) * 16;
-  if (buf.n < need) {
-    std::free(buf.p);
-    buf.p = static_cast<float*>(std::aligned_alloc(64, (need * 4 + 63) / 64 * 64));
-    buf.n = buf.p ? need : 0;
-    if (!buf.p) throw std::bad_alloc();
+// The F32 micro-kernels as cpu/gemm_driver.h's float drivers take them.
+struct F32Dot {
+  static constexpr int kRows = 4;
+  template <int NX>
+  static void run(const uint8_t* wr, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy) {
+    float_rows_dot<LoadF32, NX>(wr, x, n, ldx, y, ldy);
   }
-  alignas(32) float out[4 * 16];
-  for (int64_t c0 = r0; c0 < r1; c0 += 16) {
-    convert_panel<L>(w, c0, buf.p);
-    const int nc = static_cast<int>(std::min<int64_t>(16, r1 - c0));
-    for (int64_t i = 0; i < a.m; i += 4) {
-      const int nx = static_cast<int>(std::min<int64_t>(4, a.m - i));
-      const float* x = a.x + i * n;
-      switch (nx) {
-        case 4: float_panel_kernel<4>(buf.p, n, x, n, out); break;
-        case 3: float_panel_kernel<3>(buf.p, n, x, n, out); break;
-        case 2: float_panel_kernel<2>(buf.p, n, x, n, out); break;
-        default: float_panel_kernel<1>(buf.p, n, x, n, out); break;
-      }
-      for (int r = 0; r < nx; ++r) std::memcpy(a.y + (i + r) * w.n_out + c0, out + 16 * r, sizeof(float) * nc);
-    }
+};
+struct F32Panel {
+  static constexpr int kCols = 16, kRows = 4;
+  static size_t scratch(int64_t n) { return static_cast<size_t>(n) * kCols; }
+  static void convert(const WeightView& w, int64_t c0, float* dst) { convert_panel<LoadF32>(w, c0, dst); }
+  template <int NX>
+  static void run(const float* panel, int64_t n, const float* x, int64_t ldx, float* out) {
+    float_panel_kernel<NX>(panel, n, x, ldx, out);
   }
-}
-
-// m at and above which float weights go through converted panels.
-constexpr int64_t kFloatGemmMinRows = 16;
+};
 
 // ---- FP panels (F16, BF16): 32 rows of W transposed; AVX2 works on halves of 16 ----------
 
@@ -791,98 +744,69 @@ void fp_full(const uint8_t* panel, int64_t K, const float* x, int64_t ldx, float
     for (int j = 0; j < 4; ++j) _mm256_storeu_ps(out + 32 * r + 8 * j, acc[r][j]);
 }
 
-template <class L>
-void fp_tiles(const uint8_t* panel, int64_t K, const float* x, int64_t m, int64_t ldx, float* y, int64_t ldy, int nc,
-              int pf) {
-  alignas(32) float out[6 * 16];
-  for (int half = 0; half < 2 && 16 * half < nc; ++half) {
-    const int hc = std::min(16, nc - 16 * half);
-    for (int64_t i = 0; i < m; i += 6) {
-      const int nx = static_cast<int>(std::min<int64_t>(6, m - i));
-      const float* xi = x + i * ldx;
-      const int p = half == 0 ? pf : 0;
-      switch (nx) {
-        case 6: fp_kernel<6, L>(panel, half, K, xi, ldx, out, p); break;
-        case 5: fp_kernel<5, L>(panel, half, K, xi, ldx, out, p); break;
-        case 4: fp_kernel<4, L>(panel, half, K, xi, ldx, out, p); break;
-        case 3: fp_kernel<3, L>(panel, half, K, xi, ldx, out, p); break;
-        case 2: fp_kernel<2, L>(panel, half, K, xi, ldx, out, p); break;
-        default: fp_kernel<1, L>(panel, half, K, xi, ldx, out, p); break;
-      }
-      for (int r = 0; r < nx; ++r) std::memcpy(y + (i + r) * ldy + 16 * half, out + 16 * r, sizeof(float) * hc);
-    }
+// The FP micro-kernels for cpu/gemm_driver.h's tile_fp: halves of 16
+// columns against up to 6 rows of x, or the whole panel in one pass for
+// m <= 2 (see K4Full).
+struct Fp {
+  using F32 = PanelF32;
+  static constexpr bool kDecode = true;
+  template <class L>
+  static void widen(const uint8_t* panel, int64_t count, float* dst) {
+    for (int64_t e = 0; e < count; e += 8) _mm256_store_ps(dst + e, L::load8(panel + e * L::kBytes));
   }
-}
-
-constexpr int64_t kFpConvertMinRows = 12;
-
-template <class L>
-void tile_fp(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const Panels& P = *a.panels;
-  const int64_t K = P.n_in, n_out = a.w->n_out;
-  const bool convert = a.m >= kFpConvertMinRows;
-  const int pf = a.m <= 2 ? prefetch_distance() : 0;
-  struct Buf {
-    float* p = nullptr;
-    size_t n = 0;
-    ~Buf() { std::free(p); }
+  template <class L>
+  struct Tiles {
+    static constexpr int kCols = 16, kRows = 6;
+    template <int NX>
+    static void run(const uint8_t* panel, int part, int64_t K, const float* x, int64_t ldx, float* out, int pf) {
+      fp_kernel<NX, L>(panel, part, K, x, ldx, out, pf);
+    }
   };
-  static thread_local Buf* buf_slot = nullptr;
-  Buf& buf = tls_object(buf_slot);
-  if (convert) {
-    const size_t need = static_cast<size_t>(K) * kFpPanelRows;
-    if (buf.n < need) {
-      std::free(buf.p);
-      buf.p = static_cast<float*>(std::aligned_alloc(64, (need * 4 + 63) / 64 * 64));
-      buf.n = buf.p ? need : 0;
-      if (!buf.p) throw std::bad_alloc();
+  template <class L>
+  struct Decode {
+    static constexpr int kCols = 32, kRows = 2;
+    template <int NX>
+    static void run(const uint8_t* panel, int, int64_t K, const float* x, int64_t ldx, float* out, int pf) {
+      fp_full<NX, L>(panel, K, x, ldx, out, pf);
     }
-  }
-  for (int64_t p = r0 / kFpPanelRows; p * kFpPanelRows < r1; ++p) {
-    const int64_t c0 = p * kFpPanelRows;
-    const int nc = static_cast<int>(std::min<int64_t>(kFpPanelRows, r1 - c0));
-    const uint8_t* panel = P.panel(p);
-    if (convert) {
-      for (int64_t e = 0; e < K * kFpPanelRows; e += 8) _mm256_store_ps(buf.p + e, L::load8(panel + e * L::kBytes));
-      fp_tiles<PanelF32>(reinterpret_cast<const uint8_t*>(buf.p), K, a.x, a.m, K, a.y + c0, n_out, nc, 0);
-    } else if (a.m <= 2) {
-      alignas(32) float out[2 * kFpPanelRows];
-      if (a.m == 2) fp_full<2, L>(panel, K, a.x, K, out, pf);
-      else fp_full<1, L>(panel, K, a.x, K, out, pf);
-      for (int r = 0; r < a.m; ++r) std::memcpy(a.y + r * n_out + c0, out + kFpPanelRows * r, sizeof(float) * nc);
-    } else {
-      fp_tiles<L>(panel, K, a.x, a.m, K, a.y + c0, n_out, nc, pf);
-    }
-  }
-}
-
+  };
+};
 
 }  // namespace
 
-FormatKernel avx2_format_kernel(DType t, int64_t m) {
+// ---- the entry points of cpu/isa_kernels.h -----------------------------------------------
+
+namespace avx2 {
+
+void quantize_acts(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d,
+                   float* xs) {
+  quantize_acts_avx2(x, n, n_pad, block, q, u, d, xs);
+}
+
+FormatKernel format_kernel(DType t, int64_t m) {
+  using Sc = Panels::Scales;
   FormatKernel k;
   switch (t) {
     // m <= 2 (decode): whole panels in one pass; larger m: half panels, more rows of x per pass.
-    case DType::Q4_0:
-      k.tile = m <= 2 ? panels_small_m<K4Full<Panels::Scales::Q4_0>> : panel_tiles<Q40Half>; k.act_block = 32; k.panels = true; break;
+    case DType::Q4_0: k.tile = panels_for<K4Half<Sc::Q4_0>, K4Full<Sc::Q4_0>>(m); k.act_block = 32; k.panels = true; break;
     case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
-      k.tile = m <= 2 ? panels_small_m<K4Full<Panels::Scales::Int4>> : panel_tiles<I4Half>; k.act_block = 32; k.panels = true; break;
-    case DType::Q8_0: k.tile = m <= 2 ? panels_small_m<K8Full<false>> : panel_tiles<Q80Half>; k.act_block = 32; k.panels = true; break;
-    case DType::W8A8: k.tile = m <= 2 ? panels_small_m<K8Full<true>> : panel_tiles<W8Half>; k.act_block = -1; k.panels = true; break;
-    case DType::Q4_1:
-      k.tile = m <= 2 ? panels_small_m<K4Full<Panels::Scales::Q4_1>> : panel_tiles<Q41Half>; k.act_block = 32; k.panels = true; break;
+      k.tile = panels_for<K4Half<Sc::Int4>, K4Full<Sc::Int4>>(m); k.act_block = 32; k.panels = true; break;
+    case DType::Q8_0: k.tile = panels_for<K8Half<false>, K8Full<false>>(m); k.act_block = 32; k.panels = true; break;
+    case DType::W8A8: k.tile = panels_for<K8Half<true>, K8Full<true>>(m); k.act_block = -1; k.panels = true; break;
+    case DType::Q4_1: k.tile = panels_for<K4Half<Sc::Q4_1>, K4Full<Sc::Q4_1>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q5_0: k.tile = tile_rows<DecQ5_0>; k.act_block = 32; break;
     case DType::Q5_1: k.tile = tile_rows<DecQ5_1>; k.act_block = 32; break;
-    case DType::Q4_K:
-      k.tile = m <= 2 ? panels_small_m<K4Full<Panels::Scales::Q4_K>> : panel_tiles<Q4KHalf>; k.act_block = 32; k.panels = true; break;
+    case DType::Q4_K: k.tile = panels_for<K4Half<Sc::Q4_K>, K4Full<Sc::Q4_K>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q5_K: k.tile = tile_rows<DecQK<true>>; k.act_block = 32; break;
     case DType::Q6_K: k.tile = tile_rows<DecQ6_K>; k.act_block = 32; break;
-    case DType::F32: k.tile = m >= kFloatGemmMinRows ? tile_float_gemm<LoadF32> : tile_float_dot<LoadF32>; break;
-    case DType::F16: k.tile = tile_fp<PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
-    case DType::BF16: k.tile = tile_fp<PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
+    case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : float_dot_rows<F32Dot>; break;
+    case DType::F16: k.tile = tile_fp<Fp, PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
+    case DType::BF16: k.tile = tile_fp<Fp, PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     default: break;
   }
   return k;
 }
+
+}  // namespace avx2
 
 }  // namespace infer::cpu

@@ -1,7 +1,7 @@
-// AVX-512 versions of the attention kernels of cpu/ops.h (the other op
+// AVX-512 versions of the attention kernels of cpu/kernels.h (the other op
 // kernels stay the AVX2 ones: they are a few percent of a step). Compiled
-// with the AVX-512 flags of cpu/avx512/; handed out only when the CPU runs
-// AVX-512 (cpu/ops.cpp).
+// with the AVX-512 flags of cpu/avx512/; used only when the CPU runs AVX-512
+// and the ISA cap allows it (cpu/kernels.cpp).
 //
 // Attention over a long context is paid per token whatever the batch, so it
 // is the part of a batched decode step that does not shrink with batching.
@@ -9,7 +9,7 @@
 // and value row: these kernels load a key row once for two queries and a
 // value row once for four, and use 16-wide vectors.
 //
-// Determinism (cpu/ops.h): a score is the sum of its hd / 16 partial
+// Determinism (cpu/kernels.h): a score is the sum of its hd / 16 partial
 // vectors reduced by one fixed tree, the same for every lane of the
 // reduction; a query paired with another or alone (an odd last query is
 // paired with itself) goes through the same instructions. A weighted sum
@@ -21,7 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cpu/ops.h"
+#include "cpu/isa_kernels.h"
 
 // GCC 12 warns inside its own headers that the shuffle intrinsics' unused
 // pass-through operand is uninitialized (a false positive).
@@ -31,8 +31,6 @@
 #endif
 
 namespace infer::cpu {
-
-extern const OpKernels kAvx2OpKernels;  // cpu/avx2/ops_avx2.cpp
 
 namespace {
 
@@ -92,7 +90,7 @@ inline __m512 scores_pair(const float* qa, const float* qb, const float* const* 
 void attn_scores_avx512(const float* q, int nq, int64_t qs, const float* k, int n, int hd, float scale, float* s,
                         int64_t ss) {
   if (n <= 0 || nq <= 0) return;
-  if (hd % 16) return kAvx2OpKernels.attn_scores(q, nq, qs, k, n, hd, scale, s, ss);
+  if (hd % 16) return avx2::attn_scores(q, nq, qs, k, n, hd, scale, s, ss);
   const __m512 vscale = _mm512_set1_ps(scale);
   for (int j = 0; j < n; j += 8) {
     const int m = std::min(8, n - j);
@@ -144,7 +142,7 @@ void accum_queries(const float* p, int nq, int64_t ps, const float* v, int n, in
 
 void attn_accum_avx512(const float* p, int nq, int64_t ps, const float* v, int n, int hd, float* o, int64_t os) {
   if (n <= 0 || nq <= 0) return;
-  if (hd % 16) return kAvx2OpKernels.attn_accum(p, nq, ps, v, n, hd, o, os);
+  if (hd % 16) return avx2::attn_accum(p, nq, ps, v, n, hd, o, os);
   int d = 0;
   for (; d + 64 <= hd; d += 64) accum_queries<4>(p, nq, ps, v, n, hd, o, os, d);
   if (hd - d == 48) accum_queries<3>(p, nq, ps, v, n, hd, o, os, d);
@@ -154,17 +152,17 @@ void attn_accum_avx512(const float* p, int nq, int64_t ps, const float* v, int n
 
 }  // namespace
 
-// The AVX2 table with the attention kernels replaced (built on first use:
-// the AVX2 table lives in another file).
-const OpKernels& avx512_op_table() {
-  static const OpKernels k = [] {
-    OpKernels t = kAvx2OpKernels;
-    t.isa = "avx512";
-    t.attn_scores = attn_scores_avx512;
-    t.attn_accum = attn_accum_avx512;
-    return t;
-  }();
-  return k;
+// The entry points of cpu/isa_kernels.h.
+namespace avx512 {
+
+void attn_scores(const float* q, int nq, int64_t qs, const float* k, int n, int hd, float scale, float* s,
+                 int64_t ss) {
+  attn_scores_avx512(q, nq, qs, k, n, hd, scale, s, ss);
 }
+void attn_accum(const float* p, int nq, int64_t ps, const float* v, int n, int hd, float* o, int64_t os) {
+  attn_accum_avx512(p, nq, ps, v, n, hd, o, os);
+}
+
+}  // namespace avx512
 
 }  // namespace infer::cpu
