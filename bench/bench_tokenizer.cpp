@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"

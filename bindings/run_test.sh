@@ -21,7 +21,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 # A sanitizer-instrumented library cannot be loaded by python3 or Go/Rust test
 # programs built without the sanitizer (CMake leaves these tests out of
 # INFER_SANITIZE builds; this catches other sanitizer setups).
-if ldd "$libdir/libinfer.so.0" 2>/dev/null | grep -Eq 'lib(a|t|ub|hwa|m)san'; then
+if ldd "$libdir/libinfer.so.1" 2>/dev/null | grep -Eq 'lib(a|t|ub|hwa|m)san'; then
   skip "libinfer.so is sanitizer-instrumented"
 fi
 finish() {
@@ -40,7 +40,7 @@ python)
     if [ -x "$cand" ] && "$cand" -c "import pytest" 2>/dev/null; then py=$cand; break; fi
   done
   "$py" -c "import pytest" 2>/dev/null || skip "pytest not found (Debian: python3-pytest)"
-  export INFER_LIBRARY="$libdir/libinfer.so.0"
+  export INFER_LIBRARY="$libdir/libinfer.so.1"
   cd "$src/bindings/python"
   "$py" -m pytest -q -p no:cacheprovider --basetemp="$work/pytest" tests
   if [ $have_model = 1 ]; then

@@ -109,7 +109,7 @@ cmake_minimum_required(VERSION 3.20)
 project(consumer C CXX)
 # The documented way to make installed programs find a non-system libinfer:
 set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
-find_package(infer 0.1 REQUIRED)
+find_package(infer 1.0 REQUIRED)
 add_executable(consumer_c $c/main.c)
 target_link_libraries(consumer_c PRIVATE infer::infer)
 add_executable(consumer_cxx $c/main.cpp)
@@ -200,7 +200,7 @@ run "C, pkg-config --static, libinfer.a" "$c/pc_c_static"
 run "C++, pkg-config --static, libinfer.a" "$c/pc_cxx_static"
 
 test -e "$libdir/libinfer.a"
-test -e "$libdir/libinfer.so.0"
+test -e "$libdir/libinfer.so.1"
 test -e "$prefix/include/infer/infer.h"
 printf 'every consumer printed:\n%s\n' "$expected"
 [ -n "$model" ] || echo "note: $shared/models/stories260K.gguf is absent: the consumers only printed the version"

@@ -2,7 +2,7 @@
 #include "cpu/isa.h"
 #include "engine/backends.h"
 #include "engine/engine.h"
-#include "quant/quantize.h"
+#include "tools/quantize.h"
 #include "test_models.h"
 
 using namespace infer;

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "gguf/gguf.h"
 #include "infer/infer.h"
-#include "model/gguf.h"
 #include "test_util.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"

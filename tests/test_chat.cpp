@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "gguf/gguf.h"
 #include "infer/infer.h"
-#include "model/gguf.h"
 #include "test_util.h"
 #include "tokenizer/chat.h"
 

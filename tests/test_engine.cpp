@@ -4,10 +4,10 @@
 #include <random>
 #include <vector>
 
-#include "engine/engine.h"
 #include "core/log.h"
-#include "engine/tools.h"
+#include "engine/engine.h"
 #include "model/model.h"
+#include "tools/evaluate.h"
 #include "test_models.h"
 
 using namespace infer;

@@ -11,7 +11,7 @@
 #include <malloc.h>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "test_util.h"
 
 using namespace infer;

@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "engine/engine.h"
-#include "engine/tools.h"
-#include "model/llama2c.h"
 #include "model/model.h"
+#include "tools/evaluate.h"
+#include "tools/llama2c.h"
 #include "test_models.h"
 
 using namespace infer;

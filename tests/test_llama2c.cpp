@@ -6,8 +6,8 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "model/gguf.h"
-#include "model/llama2c.h"
+#include "gguf/gguf.h"
+#include "tools/llama2c.h"
 #include "test_util.h"
 
 using namespace infer;

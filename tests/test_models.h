@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "model/llama2c.h"
 #include "model/model.h"
+#include "tools/llama2c.h"
 #include "test_util.h"
 
 namespace infer_test {

@@ -1,5 +1,5 @@
 // The C API of quantization, synthetic models and perplexity against a base
-// model (include/infer/infer.h, "quantization" section and infer_perplexity_ex).
+// model (include/infer/infer.h, the OFFLINE TOOLS section).
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,7 +25,7 @@ struct Calls {
 
 }  // namespace
 
-TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity_ex", "[quant][capi]") {
+TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity", "[quant][capi]") {
   const std::string dir = infer_test::temp_dir();
   const std::string tiny = dir + "/capi-tiny.gguf";
 
@@ -41,7 +41,7 @@ TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity_ex", "[quant]
   sp.type = "f32";
   Calls calls;
   sp.progress = Calls::on_progress;
-  sp.progress_user = &calls;
+  sp.user_data = &calls;
   uint64_t bytes = 0;
   REQUIRE(infer_synth(tiny.c_str(), &sp, &bytes) == INFER_OK);
   CHECK(bytes > 100000);
@@ -61,9 +61,10 @@ TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity_ex", "[quant]
   qp.method = INFER_QUANT_GPTQ;  // without calibration text
   CHECK(infer_quantize(tiny.c_str(), i4.c_str(), &qp, nullptr) == INFER_ERR_INVALID_ARGUMENT);
   qp.method = INFER_QUANT_RTN;
-  Calls qcalls;
+  Calls qcalls;  // one user_data for both callbacks
+  qp.progress = Calls::on_progress;
   qp.note = Calls::on_note;
-  qp.note_user = &qcalls;
+  qp.user_data = &qcalls;
   infer_quantize_result qr;
   std::memset(&qr, 0, sizeof qr);
   qr.struct_size = sizeof qr;
@@ -71,6 +72,9 @@ TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity_ex", "[quant]
   CHECK(qr.n_quantized == 16);  // 2 layers x 7, token_embd and output
   CHECK(qr.n_fallback > 0);     // 64-wide rows: int4_g128 -> int4_g64
   CHECK(!qcalls.notes.empty());
+  CHECK(qcalls.progress > 0);
+  CHECK(qcalls.last == 1.0);
+  qp.progress = nullptr;
   CHECK(qr.bytes_out < qr.bytes_in);
   qp.type = "q8_0";
   REQUIRE(infer_quantize(tiny.c_str(), q8.c_str(), &qp, nullptr) == INFER_OK);
@@ -87,15 +91,24 @@ TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity_ex", "[quant]
   infer_perplexity_result r;
   std::memset(&r, 0, sizeof r);
   r.struct_size = sizeof r;
-  REQUIRE(infer_perplexity_ex(model, text, &pp, &r) == INFER_OK);  // no base: no comparison
+  REQUIRE(infer_perplexity(model, text, &pp, &r) == INFER_OK);  // no base: no comparison
   CHECK(r.perplexity > 1);
   CHECK(r.kl_divergence == 0);
+  infer_perplexity_result d;  // NULL params: the defaults, the same windows
+  std::memset(&d, 0, sizeof d);
+  d.struct_size = sizeof d;
+  REQUIRE(infer_perplexity(model, text, nullptr, &d) == INFER_OK);
+  CHECK(d.perplexity == Approx(r.perplexity).epsilon(1e-4));
+  CHECK(d.n_tokens == r.n_tokens);
+  pp.n_ctx = 1;  // nothing to score in a window of one token
+  CHECK(infer_perplexity(model, text, &pp, &d) == INFER_ERR_INVALID_ARGUMENT);
+  pp.n_ctx = 0;
   pp.base = base;
-  REQUIRE(infer_perplexity_ex(base, text, &pp, &r) == INFER_OK);  // against itself
+  REQUIRE(infer_perplexity(base, text, &pp, &r) == INFER_OK);  // against itself
   CHECK(r.kl_divergence == Approx(0).margin(1e-9));
   CHECK(r.top1_agreement == 1.0);
   CHECK(r.base_perplexity == Approx(r.perplexity));
-  REQUIRE(infer_perplexity_ex(model, text, &pp, &r) == INFER_OK);
+  REQUIRE(infer_perplexity(model, text, &pp, &r) == INFER_OK);
   CHECK(r.kl_divergence > 0);
   CHECK(r.kl_divergence < 0.05);
   CHECK(r.top1_agreement > 0.5);
@@ -103,7 +116,7 @@ TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity_ex", "[quant]
   infer_perplexity_result old;
   std::memset(&old, 0xAB, sizeof old);
   old.struct_size = offsetof(infer_perplexity_result, kl_divergence);
-  REQUIRE(infer_perplexity_ex(model, text, &pp, &old) == INFER_OK);
+  REQUIRE(infer_perplexity(model, text, &pp, &old) == INFER_OK);
   unsigned char tail[sizeof old - offsetof(infer_perplexity_result, kl_divergence)];
   std::memcpy(tail, reinterpret_cast<unsigned char*>(&old) + offsetof(infer_perplexity_result, kl_divergence), sizeof tail);
   for (unsigned char b : tail) CHECK(b == 0xAB);

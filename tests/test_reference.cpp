@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "engine/engine.h"
-#include "model/llama2c.h"
 #include "model/model.h"
+#include "tools/llama2c.h"
 #include "test_models.h"
 
 using namespace infer;

@@ -20,10 +20,10 @@
 #include "core/fault.h"
 #include "core/sysmem.h"
 #include "core/threadpool.h"
+#include "gguf/gguf.h"
 #include "infer/infer.h"
-#include "model/gguf.h"
-#include "model/llama2c.h"
 #include "model/model.h"
+#include "tools/llama2c.h"
 #include "test_util.h"
 
 using namespace infer;

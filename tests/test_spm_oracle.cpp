@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 

@@ -146,9 +146,8 @@ int main(void) {
   F(infer_quantize_params, gptq_damp);
   F(infer_quantize_params, act_order);
   F(infer_quantize_params, progress);
-  F(infer_quantize_params, progress_user);
   F(infer_quantize_params, note);
-  F(infer_quantize_params, note_user);
+  F(infer_quantize_params, user_data);
   S(infer_quantize_result);
   F(infer_quantize_result, struct_size);
   F(infer_quantize_result, n_tensors);
@@ -164,9 +163,8 @@ int main(void) {
   F(infer_synth_params, seed);
   F(infer_synth_params, n_threads);
   F(infer_synth_params, progress);
-  F(infer_synth_params, progress_user);
   F(infer_synth_params, note);
-  F(infer_synth_params, note_user);
+  F(infer_synth_params, user_data);
   S(infer_perplexity_result);
   F(infer_perplexity_result, struct_size);
   F(infer_perplexity_result, perplexity);

@@ -81,12 +81,9 @@ int cmd_quantize(int argc, char** argv) {
   p.gptq_damp = static_cast<float>(a.get_float("--damp", 0.01));
   p.act_order = a.flag("--act-order") ? 1 : 0;
   Progress prog;
-  if (!a.flag("--quiet")) {
-    p.progress = Progress::cb;
-    p.progress_user = &prog;
-  }
+  if (!a.flag("--quiet")) p.progress = Progress::cb;
   p.note = Progress::note;
-  p.note_user = &prog;
+  p.user_data = &prog;
   infer_quantize_result r;
   std::memset(&r, 0, sizeof r);
   r.struct_size = sizeof r;
@@ -98,7 +95,7 @@ int cmd_quantize(int argc, char** argv) {
 }
 
 const FlagTable kSynthFlags = {
-    {"--preset", "NAME", nullptr, "model shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, qwen2-0.5b, tiny (--list)"},
+    {"--preset", "NAME", nullptr, "model shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, tiny (--list)"},
     {"--type", "TYPE", "f16", "weight format (as for quantize)"},
     {"-o, --output", "OUT.gguf", nullptr, "the file to write (required)"},
     {"--group", "N", "128", "int4 group size"},
@@ -126,12 +123,9 @@ int cmd_synth(int argc, char** argv) {
   p.seed = static_cast<uint64_t>(a.get_int("--seed", 1, 0, INT64_MAX));
   p.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
   Progress prog;
-  if (!a.flag("--quiet")) {
-    p.progress = Progress::cb;
-    p.progress_user = &prog;
-  }
+  if (!a.flag("--quiet")) p.progress = Progress::cb;
   p.note = Progress::note;
-  p.note_user = &prog;
+  p.user_data = &prog;
   uint64_t bytes = 0;
   check(infer_synth(out.c_str(), &p, &bytes), "writing the synthetic model");
   std::fprintf(stderr, "wrote %s (%s, %s): %.1f MiB\n", out.c_str(), preset.c_str(), type.c_str(), bytes / 1048576.0);

@@ -33,7 +33,7 @@ int cmd_perplexity(int argc, char** argv) {
   infer_perplexity_result r;
   std::memset(&r, 0, sizeof r);
   r.struct_size = sizeof r;
-  check(infer_perplexity_ex(model.m, text.c_str(), &pp, &r), "computing perplexity");
+  check(infer_perplexity(model.m, text.c_str(), &pp, &r), "computing perplexity");
   if (a.flag("--json")) {
     std::printf("{\"perplexity\": %s, \"nll\": %s, \"n_tokens\": %lld, \"n_chunks\": %d", num(r.perplexity).c_str(),
                 num(r.nll).c_str(), (long long)r.n_tokens, r.n_chunks);

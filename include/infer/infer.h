@@ -62,8 +62,8 @@ extern "C" {
 
 /* ---- version ------------------------------------------------------------ */
 
-#define INFER_VERSION_MAJOR 0
-#define INFER_VERSION_MINOR 1
+#define INFER_VERSION_MAJOR 1
+#define INFER_VERSION_MINOR 0
 #define INFER_VERSION_PATCH 0
 #define INFER_VERSION_NUMBER (INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH)
 
@@ -265,7 +265,7 @@ INFER_API void infer_engine_params_init(infer_engine_params *params);
  * cgroup limit): its pages are committed lazily, so it would otherwise fail
  * later as an OOM kill. More n_threads than the process may start: also
  * OUT_OF_MEMORY. */
-INFER_API infer_status infer_engine_create(infer_model *model, const infer_engine_params *params,
+INFER_API infer_status infer_engine_create(const infer_model *model, const infer_engine_params *params,
                                            infer_engine **out);
 /* Cancels and releases everything; request handles stay valid until freed. */
 INFER_API void infer_engine_free(infer_engine *engine);
@@ -478,7 +478,7 @@ INFER_API infer_status infer_request_next_text(infer_request *request, int32_t t
 /* Generates up to max_tokens after prompt with a private engine. *out_text
  * receives a NUL-terminated string to release with infer_free. sampling may
  * be NULL (defaults). */
-INFER_API infer_status infer_generate(infer_model *model, const char *prompt,
+INFER_API infer_status infer_generate(const infer_model *model, const char *prompt,
                                       const infer_sampling_params *sampling, int32_t max_tokens,
                                       char **out_text);
 
@@ -541,6 +541,22 @@ INFER_API infer_status infer_chat_apply_template(const infer_model *model, const
  * or for an unknown name. Static strings. */
 INFER_API const char *infer_chat_template_stop(const char *template_name, int32_t index);
 
+/* ========================================================================================
+ * OFFLINE TOOLS
+ *
+ * What the infer CLI does besides serving, for every language: quantize a model, write a
+ * synthetic one, convert a llama2.c checkpoint, measure perplexity and speed. None of
+ * these is needed to load a model and generate; each runs to completion on the calling
+ * thread with its own engine or files, and is thread-safe in the sense that distinct
+ * calls share nothing (they may run concurrently). Callbacks receive the `user_data`
+ * pointer of the parameter struct that installed them.
+ * ======================================================================================== */
+
+/* Progress of a long operation: fraction in [0, 1] and what it is working on. */
+typedef void (*infer_progress_fn)(double fraction, const char *what, void *user_data);
+/* A note for the user (e.g. which tensors fell back to another type). */
+typedef void (*infer_note_fn)(const char *message, void *user_data);
+
 /* ---- quantization ------------------------------------------------------------------------ */
 
 /* Weight formats, by name (infer_quantize_params.type, infer_synth_params.type):
@@ -563,11 +579,6 @@ typedef enum infer_quant_method {
   INFER_QUANT_METHOD_FORCE_32BIT = 0x7fffffff
 } infer_quant_method;
 
-/* Progress of a long operation: fraction in [0, 1] and what it is working on. */
-typedef void (*infer_progress_fn)(double fraction, const char *what, void *user);
-/* A note for the user (e.g. which tensors fell back to another type). */
-typedef void (*infer_note_fn)(const char *message, void *user);
-
 typedef struct infer_quantize_params {
   uint32_t struct_size;
   const char *type;            /* format name (see above); default "q4_0" */
@@ -581,9 +592,8 @@ typedef struct infer_quantize_params {
   float gptq_damp;             /* fraction of the mean Hessian diagonal added to it; default 0.01 */
   int32_t act_order;           /* GPTQ: 1 = columns in order of decreasing Hessian diagonal */
   infer_progress_fn progress;  /* may be NULL */
-  void *progress_user;
   infer_note_fn note;          /* may be NULL */
-  void *note_user;
+  void *user_data;             /* passed to progress and note */
 } infer_quantize_params;
 
 INFER_API void infer_quantize_params_init(infer_quantize_params *params);
@@ -607,71 +617,73 @@ typedef struct infer_quantize_result {
 INFER_API infer_status infer_quantize(const char *in_path, const char *out_path,
                                       const infer_quantize_params *params, infer_quantize_result *result);
 
+/* ---- synthetic models ----------------------------------------------------------------------- */
+
 typedef struct infer_synth_params {
   uint32_t struct_size;
-  const char *preset;          /* "tinyllama-1.1b", "llama-2-7b", "llama-3-8b", "qwen2-0.5b", "tiny" */
+  const char *preset;          /* a name from infer_synth_preset_name: "tinyllama-1.1b",
+                                  "llama-2-7b", "llama-3-8b", "tiny" */
   const char *type;            /* weight format name; default "f16" */
   int32_t group_size;          /* "int4": 32, 64 or 128; default 128 */
   uint64_t seed;               /* default 1 */
   int32_t n_threads;           /* 0: all cores; at most 1024 (else INVALID_ARGUMENT) */
   infer_progress_fn progress;  /* may be NULL */
-  void *progress_user;
   infer_note_fn note;          /* may be NULL */
-  void *note_user;
+  void *user_data;             /* passed to progress and note */
 } infer_synth_params;
 
 INFER_API void infer_synth_params_init(infer_synth_params *params);
 
 /* Writes a random-weight model with the exact shapes of a real one (for
  * speed measurements without downloading weights), streaming tensor by
- * tensor so even 7B/8B presets need little memory. *file_bytes (may be NULL)
- * receives the file size. The "qwen2-0.5b" preset is written with the
- * qwen2 architecture, which this build does not run yet. */
+ * tensor so even 7B/8B presets need little memory. Every preset writes a
+ * model this build loads. *file_bytes (may be NULL) receives the file size. */
 INFER_API infer_status infer_synth(const char *out_path, const infer_synth_params *params, uint64_t *file_bytes);
 
 /* Name of synth preset `index` (0, 1, ...), NULL past the last. Static strings. */
 INFER_API const char *infer_synth_preset_name(int32_t index);
 
-/* ---- tools (what the infer CLI does, for every language) ----------------------------------- */
+/* ---- conversion ------------------------------------------------------------------------------ */
 
 /* Converts a llama2.c checkpoint (legacy format) and its tokenizer.bin into a
  * GGUF file. */
 INFER_API infer_status infer_convert_llama2c(const char *checkpoint_path,
                                              const char *tokenizer_path, const char *out_path);
 
+/* ---- perplexity -------------------------------------------------------------------------------- */
+
+typedef struct infer_perplexity_params {
+  uint32_t struct_size;
+  int32_t n_ctx;            /* window; default 0: the model's context, capped at 512 */
+  int32_t n_threads;        /* default 0: all cores */
+  const infer_model *base;  /* default NULL; or a model with the same vocabulary to compare with
+                               (e.g. the unquantized original): fills kl_divergence,
+                               top1_agreement and base_perplexity. The text is tokenized by
+                               `model`. */
+} infer_perplexity_params;
+
+INFER_API void infer_perplexity_params_init(infer_perplexity_params *params);
+
 typedef struct infer_perplexity_result {
   uint32_t struct_size;
   double perplexity;
-  double nll;          /* mean negative log-likelihood (nats per token) */
-  int64_t n_tokens;    /* tokens scored */
+  double nll;             /* mean negative log-likelihood (nats per token) */
+  int64_t n_tokens;       /* tokens scored */
   int32_t n_chunks;
-  /* Filled by infer_perplexity_ex with a base model (0 otherwise): */
+  /* With params->base (0 otherwise): */
   double kl_divergence;   /* mean KL(base || model) of the next-token distributions, nats */
   double top1_agreement;  /* fraction of positions where both models' most likely token agree */
   double base_perplexity; /* the base model's perplexity on the same tokens */
 } infer_perplexity_result;
 
-/* Perplexity of text over non-overlapping windows of n_ctx tokens (each
- * starting with BOS; 0 = the model's context, capped at 512). n_threads 0 =
- * all cores. */
-INFER_API infer_status infer_perplexity(infer_model *model, const char *text, int32_t n_ctx,
-                                        int32_t n_threads, infer_perplexity_result *result);
+/* Perplexity of text (UTF-8, NUL-terminated) over non-overlapping windows of
+ * params->n_ctx tokens, each starting with BOS, and with params->base the
+ * comparison with a base model. params may be NULL (defaults). */
+INFER_API infer_status infer_perplexity(const infer_model *model, const char *text,
+                                        const infer_perplexity_params *params,
+                                        infer_perplexity_result *result);
 
-typedef struct infer_perplexity_params {
-  uint32_t struct_size;
-  int32_t n_ctx;         /* window; 0 = the model's context, capped at 512 */
-  int32_t n_threads;     /* 0: all cores */
-  infer_model *base;     /* NULL, or a model with the same vocabulary to compare with (e.g. the
-                            unquantized original): fills kl_divergence, top1_agreement and
-                            base_perplexity. The text is tokenized by `model`. */
-} infer_perplexity_params;
-
-INFER_API void infer_perplexity_params_init(infer_perplexity_params *params);
-
-/* infer_perplexity with parameters, and optionally the comparison with a base model. */
-INFER_API infer_status infer_perplexity_ex(infer_model *model, const char *text,
-                                           const infer_perplexity_params *params,
-                                           infer_perplexity_result *result);
+/* ---- speed ---------------------------------------------------------------------------------------- */
 
 typedef struct infer_bench_params {
   uint32_t struct_size;
@@ -699,7 +711,7 @@ typedef struct infer_bench_result {
 
 /* Times the prefill of `batch` prompts of n_prompt pseudo-random tokens, then
  * n_gen greedy decode steps of all of them together (best of `repetitions`). */
-INFER_API infer_status infer_bench(infer_model *model, const infer_bench_params *params,
+INFER_API infer_status infer_bench(const infer_model *model, const infer_bench_params *params,
                                    infer_bench_result *result);
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
 // Helpers shared by the C API's translation units (c_api.cpp, c_api_chat.cpp,
-// c_api_quant.cpp): error translation, versioned parameter structs and
+// c_api_tools.cpp): error translation, versioned parameter structs and
 // caller-buffer output. Internal: never installed.
 #pragma once
 
@@ -15,6 +15,7 @@
 
 namespace infer {
 class Model;
+struct EngineParams;
 }
 
 namespace infer::api {
@@ -27,6 +28,9 @@ infer_status fail(infer_status s, const std::string& msg) noexcept;
 void clear_error() noexcept;
 // The C++ model behind a handle (defined in c_api.cpp, which owns the struct).
 const infer::Model& model_of(const infer_model* m);
+// The engine parameters of a caller's struct (NULL: defaults), checked for
+// struct_size by the caller (defined in c_api.cpp).
+infer::EngineParams to_engine_params(const infer_engine_params* params);
 
 // Runs fn, translating every exception into a status: no exception ever
 // crosses the C boundary. The handlers allocate nothing (they run when memory

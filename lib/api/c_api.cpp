@@ -15,17 +15,16 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
 #include "api/api_util.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "core/sysmem.h"
 #include "engine/backends.h"
 #include "engine/engine.h"
 #include "engine/engine_thread.h"
 #include "engine/metrics.h"
-#include "engine/tools.h"
+#include "engine/prompt.h"
 #include "infer/infer.h"
-#include "model/llama2c.h"
 #include "model/model.h"
 
 static_assert(static_cast<int>(infer::Status::BufferTooSmall) == INFER_ERR_BUFFER_TOO_SMALL);
@@ -40,7 +39,7 @@ struct infer_model {
 };
 
 struct infer_engine {
-  infer_model* model;
+  const infer_model* model;
   std::unique_ptr<infer::Engine> engine;
   std::mutex thread_mu;                         // guards starting / stopping `thread`
   std::unique_ptr<infer::EngineThread> thread;  // background stepping, when started
@@ -305,9 +304,9 @@ infer_status infer_tokenize(const infer_model* model, const char* text, size_t t
   INFER_CHECK_ARG(tokens || capacity == 0, "infer_tokenize: tokens is NULL but capacity is not 0");
   INFER_CHECK_ARG(add_bos >= -1 && add_bos <= 1, "infer_tokenize: add_bos must be -1, 0 or 1");
   return guarded([&] {
-    const infer::Tokenizer& tok = model->model->tokenizer();
-    const bool bos = add_bos < 0 ? tok.vocab().add_bos : add_bos != 0;
-    std::vector<int32_t> ids = tok.encode(std::string_view(text ? text : "", text_len), bos, parse_special != 0);
+    const std::vector<int32_t> ids = infer::tokenize_text(model->model->tokenizer(),
+                                                          std::string_view(text ? text : "", text_len), add_bos,
+                                                          parse_special != 0);
     if (n_tokens) *n_tokens = ids.size();
     if (ids.size() > capacity)
       return fail(INFER_ERR_BUFFER_TOO_SMALL,
@@ -349,7 +348,7 @@ int32_t infer_token_is_eog(const infer_model* model, int32_t token) {
 
 }  // extern "C"
 
-namespace {
+namespace infer::api {
 
 infer::EngineParams to_engine_params(const infer_engine_params* params) {
   const infer_engine_params p = read_params(params, infer_engine_params_init);
@@ -376,7 +375,7 @@ infer::EngineParams to_engine_params(const infer_engine_params* params) {
   return ep;
 }
 
-}  // namespace
+}  // namespace infer::api
 
 extern "C" {
 
@@ -393,12 +392,12 @@ void infer_engine_params_init(infer_engine_params* p) {
   p->batch_timeout_ms = 50;
 }
 
-infer_status infer_engine_create(infer_model* model, const infer_engine_params* params, infer_engine** out) {
+infer_status infer_engine_create(const infer_model* model, const infer_engine_params* params, infer_engine** out) {
   if (out) *out = nullptr;
   INFER_CHECK_ARG(model && out, "infer_engine_create: model and out must not be NULL");
   INFER_CHECK_ARG(!params || size_ok(params), "infer_engine_create: params->struct_size is wrong");
   return guarded([&] {
-    const infer::EngineParams ep = to_engine_params(params);
+    const infer::EngineParams ep = infer::api::to_engine_params(params);
     const uint64_t avail = infer::available_memory_bytes();
     // Before allocating: a pool sized explicitly (kv_blocks, kv_budget_bytes,
     // host_kv_budget_bytes) that cannot fit is refused without trying to
@@ -504,13 +503,11 @@ namespace {
 // handle through a shared state that infer_request_free disarms.
 infer::RequestParams to_request_params(infer_engine* engine, const infer_request_params& p,
                                        const std::shared_ptr<CallbackState>& cb) {
-  const infer::Tokenizer& tok = engine->model->model->tokenizer();
   infer::RequestParams rp;
   if (p.prompt) {
     const size_t len = p.prompt_len ? p.prompt_len : std::strlen(p.prompt);
-    const bool bos = p.add_bos < 0 ? tok.vocab().add_bos : p.add_bos != 0;
-    rp.prompt = tok.encode(std::string_view(p.prompt, len), bos, p.parse_special != 0);
-    if (rp.prompt.empty() && tok.vocab().bos >= 0) rp.prompt.push_back(tok.vocab().bos);
+    rp.prompt = infer::tokenize_prompt(engine->model->model->tokenizer(), std::string_view(p.prompt, len), p.add_bos,
+                                       p.parse_special != 0);
   } else {
     rp.prompt.assign(p.prompt_tokens, p.prompt_tokens + p.n_prompt_tokens);
   }
@@ -889,9 +886,9 @@ infer_status infer_engine_wait_idle(infer_engine* engine) {
   });
 }
 
-/* ---- convenience and tools ---- */
+/* ---- convenience ---- */
 
-infer_status infer_generate(infer_model* model, const char* prompt, const infer_sampling_params* sampling,
+infer_status infer_generate(const infer_model* model, const char* prompt, const infer_sampling_params* sampling,
                             int32_t max_tokens, char** out_text) {
   if (out_text) *out_text = nullptr;
   INFER_CHECK_ARG(model && prompt && out_text, "infer_generate: model, prompt and out_text must not be NULL");
@@ -924,64 +921,6 @@ infer_status infer_generate(infer_model* model, const char* prompt, const infer_
   infer_request_free(req);
   infer_engine_free(engine);
   return st;
-}
-
-infer_status infer_convert_llama2c(const char* checkpoint_path, const char* tokenizer_path, const char* out_path) {
-  INFER_CHECK_ARG(checkpoint_path && tokenizer_path && out_path, "infer_convert_llama2c: paths must not be NULL");
-  return guarded([&] {
-    infer::convert_llama2c(checkpoint_path, tokenizer_path, out_path);
-    return INFER_OK;
-  });
-}
-
-infer_status infer_perplexity(infer_model* model, const char* text, int32_t n_ctx, int32_t n_threads,
-                              infer_perplexity_result* result) {
-  INFER_CHECK_ARG(model && text && result && size_ok(result), "infer_perplexity: NULL argument or wrong struct_size");
-  return guarded([&] {
-    const infer::PerplexityResult r = infer::perplexity(*model->model, text, n_ctx, n_threads);
-    infer_perplexity_result o;
-    std::memset(&o, 0, sizeof o);
-    o.struct_size = sizeof o;
-    o.perplexity = r.perplexity;
-    o.nll = r.nll;
-    o.n_tokens = r.n_tokens;
-    o.n_chunks = r.n_chunks;
-    return write_out(result, o);
-  });
-}
-
-void infer_bench_params_init(infer_bench_params* p) {
-  if (!p) return;
-  std::memset(p, 0, sizeof *p);
-  p->struct_size = sizeof *p;
-  p->n_prompt = 64;
-  p->n_gen = 32;
-  p->repetitions = 3;
-  p->batch = 1;
-}
-
-infer_status infer_bench(infer_model* model, const infer_bench_params* params, infer_bench_result* result) {
-  INFER_CHECK_ARG(model && result && size_ok(result), "infer_bench: NULL argument or wrong struct_size");
-  INFER_CHECK_ARG(!params || size_ok(params), "infer_bench: params->struct_size is wrong");
-  const infer_bench_params p = read_params(params, infer_bench_params_init);
-  INFER_CHECK_ARG(!p.engine || size_ok(p.engine), "infer_bench: engine->struct_size is wrong");
-  return guarded([&] {
-    infer::EngineParams ep = to_engine_params(p.engine);
-    ep.n_threads = p.n_threads;
-    const infer::BenchResult r = infer::bench(*model->model, p.n_prompt, p.n_gen, p.batch, p.repetitions, ep);
-    infer_bench_result o;
-    std::memset(&o, 0, sizeof o);
-    o.struct_size = sizeof o;
-    o.n_prompt = r.n_prompt;
-    o.n_gen = r.n_gen;
-    o.n_threads = r.n_threads;
-    o.batch = r.batch;
-    o.prefill_ms = r.prefill_ms;
-    o.decode_ms = r.decode_ms;
-    o.prefill_tokens_per_s = r.prefill_tokens_per_s;
-    o.decode_tokens_per_s = r.decode_tokens_per_s;
-    return write_out(result, o);
-  });
 }
 
 }  // extern "C"

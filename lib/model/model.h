@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 

@@ -5,7 +5,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace infer {
 

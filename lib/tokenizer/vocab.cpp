@@ -4,7 +4,7 @@
 #include <optional>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 

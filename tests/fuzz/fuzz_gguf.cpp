@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<infer::GgufFile> f;

@@ -2,7 +2,7 @@
 """Streams a story from stories260K.gguf and prints TTFT and tokens/s.
 
     python3 bindings/python/examples/stream_story.py [MODEL.gguf] [PROMPT]
-(INFER_LIBRARY=path/to/libinfer.so.0 if the library is not found by itself)
+(INFER_LIBRARY=path/to/libinfer.so.1 if the library is not found by itself)
 """
 import os
 import sys

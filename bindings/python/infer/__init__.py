@@ -34,7 +34,7 @@ __all__ = [
     "Backend", "ModelInfo", "TensorInfo", "RequestStats", "EngineStats", "ChatMessage",
     "LibraryNotFound", "version", "version_number", "chat_templates", "library_path",
 ]
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
 PathLike = Union[str, "os.PathLike[str]"]
 ChatMessage = Mapping[str, str]  # {"role": "user", "content": "..."}

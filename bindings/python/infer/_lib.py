@@ -14,8 +14,8 @@ from ctypes import (POINTER, Structure, c_char_p, c_double, c_float, c_int32, c_
 from pathlib import Path
 from typing import List, Optional
 
-ABI_MAJOR = 0  # the SONAME major this binding was written for (libinfer.so.0)
-MIN_VERSION = 100  # infer_version_number() of the oldest library with these structs (0.1.0)
+ABI_MAJOR = 1  # the SONAME major this binding was written for (libinfer.so.1)
+MIN_VERSION = 10000  # infer_version_number() of the oldest library with these structs (1.0.0)
 
 c_int32_p = POINTER(c_int32)
 c_enum = c_int32  # infer.h pins every enum to 32 bits
@@ -182,22 +182,22 @@ def _candidates() -> List[str]:
     # An install prefix: PREFIX/lib/pythonX/site-packages/infer -> PREFIX/lib
     for parent in list(here.parents)[:5]:
         for libdir in ("lib", "lib64", "lib/x86_64-linux-gnu"):
-            p = parent / libdir / "libinfer.so.0"
+            p = parent / libdir / "libinfer.so.1"
             if p.exists():
                 out.append(str(p))
     prefix = Path(sys.prefix)
     for libdir in ("lib", "lib64"):
-        p = prefix / libdir / "libinfer.so.0"
+        p = prefix / libdir / "libinfer.so.1"
         if p.exists():
             out.append(str(p))
     # The source checkout's build trees (bindings/python/infer -> repo root).
     repo = here.parents[2]
     for build in sorted(repo.glob("build*")):
-        p = build / "libinfer.so.0"
+        p = build / "libinfer.so.1"
         if p.exists():
             out.append(str(p))
     # The system's search path (ldconfig, LD_LIBRARY_PATH).
-    out.append("libinfer.so.0")
+    out.append("libinfer.so.1")
     found = ctypes.util.find_library("infer")
     if found:
         out.append(found)
@@ -221,7 +221,7 @@ def load_library() -> ctypes.CDLL:
         if version // 10000 != ABI_MAJOR or version < MIN_VERSION:
             raise LibraryNotFound(
                 f"{cand} is libinfer {lib.infer_version().decode()}, this binding needs "
-                f"{ABI_MAJOR}.x >= {MIN_VERSION // 100 % 100}.{MIN_VERSION % 100}")
+                f"{ABI_MAJOR}.x >= {MIN_VERSION // 10000}.{MIN_VERSION // 100 % 100}.{MIN_VERSION % 100}")
         lib._infer_path = cand  # type: ignore[attr-defined]
         return lib
     raise LibraryNotFound("libinfer.so not found; set INFER_LIBRARY to its path. Tried:\n  " +

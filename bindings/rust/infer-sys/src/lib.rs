@@ -1,5 +1,5 @@
 //! Raw declarations of libinfer's C API, written by hand from
-//! `include/infer/infer.h` (version 0.1). Every struct is `#[repr(C)]`; the
+//! `include/infer/infer.h` (version 1.0). Every struct is `#[repr(C)]`; the
 //! `infer` crate's tests compare each one's size and field offsets with the C
 //! compiler's. Enums are plain `i32` constants: infer.h pins every enum to 32
 //! bits, and a value this crate does not know must not be undefined behaviour.
@@ -7,8 +7,8 @@
 
 use std::os::raw::{c_char, c_double, c_float, c_void};
 
-pub const INFER_VERSION_MAJOR: u32 = 0;
-pub const INFER_VERSION_MINOR: u32 = 1;
+pub const INFER_VERSION_MAJOR: u32 = 1;
+pub const INFER_VERSION_MINOR: u32 = 0;
 pub const INFER_VERSION_PATCH: u32 = 0;
 pub const INFER_VERSION_NUMBER: u32 =
     INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH;
@@ -89,8 +89,8 @@ pub type infer_token_fn = Option<
     ) -> i32,
 >;
 pub type infer_progress_fn =
-    Option<unsafe extern "C" fn(fraction: c_double, what: *const c_char, user: *mut c_void)>;
-pub type infer_note_fn = Option<unsafe extern "C" fn(message: *const c_char, user: *mut c_void)>;
+    Option<unsafe extern "C" fn(fraction: c_double, what: *const c_char, user_data: *mut c_void)>;
+pub type infer_note_fn = Option<unsafe extern "C" fn(message: *const c_char, user_data: *mut c_void)>;
 
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -264,9 +264,8 @@ pub struct infer_quantize_params {
     pub gptq_damp: c_float,
     pub act_order: i32,
     pub progress: infer_progress_fn,
-    pub progress_user: *mut c_void,
     pub note: infer_note_fn,
-    pub note_user: *mut c_void,
+    pub user_data: *mut c_void,
 }
 
 #[repr(C)]
@@ -290,9 +289,8 @@ pub struct infer_synth_params {
     pub seed: u64,
     pub n_threads: i32,
     pub progress: infer_progress_fn,
-    pub progress_user: *mut c_void,
     pub note: infer_note_fn,
-    pub note_user: *mut c_void,
+    pub user_data: *mut c_void,
 }
 
 #[repr(C)]
@@ -314,7 +312,7 @@ pub struct infer_perplexity_params {
     pub struct_size: u32,
     pub n_ctx: i32,
     pub n_threads: i32,
-    pub base: *mut infer_model,
+    pub base: *const infer_model,
 }
 
 #[repr(C)]
@@ -400,7 +398,7 @@ extern "C" {
 
     pub fn infer_engine_params_init(params: *mut infer_engine_params);
     pub fn infer_engine_create(
-        model: *mut infer_model,
+        model: *const infer_model,
         params: *const infer_engine_params,
         out: *mut *mut infer_engine,
     ) -> infer_status;
@@ -471,7 +469,7 @@ extern "C" {
     ) -> infer_status;
 
     pub fn infer_generate(
-        model: *mut infer_model,
+        model: *const infer_model,
         prompt: *const c_char,
         sampling: *const infer_sampling_params,
         max_tokens: i32,
@@ -514,23 +512,16 @@ extern "C" {
         tokenizer_path: *const c_char,
         out_path: *const c_char,
     ) -> infer_status;
-    pub fn infer_perplexity(
-        model: *mut infer_model,
-        text: *const c_char,
-        n_ctx: i32,
-        n_threads: i32,
-        result: *mut infer_perplexity_result,
-    ) -> infer_status;
     pub fn infer_perplexity_params_init(params: *mut infer_perplexity_params);
-    pub fn infer_perplexity_ex(
-        model: *mut infer_model,
+    pub fn infer_perplexity(
+        model: *const infer_model,
         text: *const c_char,
         params: *const infer_perplexity_params,
         result: *mut infer_perplexity_result,
     ) -> infer_status;
     pub fn infer_bench_params_init(params: *mut infer_bench_params);
     pub fn infer_bench(
-        model: *mut infer_model,
+        model: *const infer_model,
         params: *const infer_bench_params,
         result: *mut infer_bench_result,
     ) -> infer_status;
@@ -576,12 +567,11 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
             uptime_s, generated_tokens_per_s }),
         layout!(infer_chat_message { role, content }),
         layout!(infer_quantize_params { struct_size, type_ = "type", group_size, method, calib_text,
-            n_threads, calib_ctx, max_calib_tokens, gptq_damp, act_order, progress, progress_user, note,
-            note_user }),
+            n_threads, calib_ctx, max_calib_tokens, gptq_damp, act_order, progress, note, user_data }),
         layout!(infer_quantize_result { struct_size, n_tensors, n_quantized, n_fallback, bytes_in,
             bytes_out }),
         layout!(infer_synth_params { struct_size, preset, type_ = "type", group_size, seed, n_threads,
-            progress, progress_user, note, note_user }),
+            progress, note, user_data }),
         layout!(infer_perplexity_result { struct_size, perplexity, nll, n_tokens, n_chunks,
             kl_divergence, top1_agreement, base_perplexity }),
         layout!(infer_perplexity_params { struct_size, n_ctx, n_threads, base }),

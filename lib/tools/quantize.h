@@ -6,11 +6,11 @@
 //    linear layer's input Hessian H = 2/N Σ x xᵀ is collected, damped, and
 //    its inverse's Cholesky factor drives column-by-column quantization with
 //    error feedback (lazy batch updates, optional act-order with static
-//    groups); quant/gptq.cpp.
+//    groups); tools/calibrated.cpp.
 //  - AWQ: per-input-channel scales s = mean|x|^α (α searched on a grid to
 //    minimise the layer's output error), folded into the preceding RMSNorm
 //    (q/k/v, gate/up) or linear layer (v -> o when heads are not grouped
-//    differently, up -> down), then a per-group clipping search; quant/awq.cpp.
+//    differently, up -> down), then a per-group clipping search; tools/calibrated.cpp.
 // GPTQ and AWQ need a grid format (q8_0, q4_0, q4_1, q5_0, q5_1, int4_g*).
 //
 // Tensors quantized: the 2-D weights (token_embd, output, attention and
@@ -59,7 +59,7 @@ struct QuantizeStats {
 
 QuantizeStats quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& o);
 
-// ---- pieces shared with the synthetic-model writer (model/synth.cpp) -------------
+// ---- pieces shared with the synthetic-model writer (tools/synth.cpp) -------------
 
 // Whether a tensor of this name and shape gets quantized.
 bool is_quantizable(const std::string& name, const std::vector<int64_t>& dims);

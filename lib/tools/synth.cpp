@@ -1,4 +1,4 @@
-#include "model/synth.h"
+#include "tools/synth.h"
 
 #include <cmath>
 #include <cstdio>
@@ -6,20 +6,19 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_stream.h"
 #include "quant/formats.h"
-#include "quant/gguf_stream.h"
-#include "quant/quantize.h"
+#include "tools/quantize.h"
 
 namespace infer {
 
 const std::vector<SynthPreset>& synth_presets() {
   static const std::vector<SynthPreset> kPresets = {
-      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f, false, false},
-      {"llama-2-7b", "llama", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f, false, false},
-      {"llama-3-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f, false, false},
-      {"qwen2-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, true},
-      {"tiny", "llama", 64, 2, 4, 2, 160, 512, 256, 10000.0f, 1e-5f, false, false},
+      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f},
+      {"llama-2-7b", "llama", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f},
+      {"llama-3-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f},
+      {"tiny", "llama", 64, 2, 4, 2, 160, 512, 256, 10000.0f, 1e-5f},
   };
   return kPresets;
 }
@@ -130,18 +129,13 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
   std::vector<Tensor> ts;
   ts.push_back({"token_embd.weight", {p.n_embd, p.n_vocab}, s_in, DType::F32});
   ts.push_back({"output_norm.weight", {p.n_embd}, 0, DType::F32});
-  if (!p.tied_embeddings) ts.push_back({"output.weight", {p.n_embd, p.n_vocab}, s_in, DType::F32});
+  ts.push_back({"output.weight", {p.n_embd, p.n_vocab}, s_in, DType::F32});
   for (int l = 0; l < p.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     ts.push_back({b + "attn_norm.weight", {p.n_embd}, 0, DType::F32});
     ts.push_back({b + "attn_q.weight", {p.n_embd, p.n_embd}, s_in, DType::F32});
     ts.push_back({b + "attn_k.weight", {p.n_embd, kv_dim}, s_in, DType::F32});
     ts.push_back({b + "attn_v.weight", {p.n_embd, kv_dim}, s_in, DType::F32});
-    if (p.qkv_bias) {
-      ts.push_back({b + "attn_q.bias", {p.n_embd}, s_in, DType::F32});
-      ts.push_back({b + "attn_k.bias", {kv_dim}, s_in, DType::F32});
-      ts.push_back({b + "attn_v.bias", {kv_dim}, s_in, DType::F32});
-    }
     ts.push_back({b + "attn_output.weight", {p.n_embd, p.n_embd}, s_out, DType::F32});
     ts.push_back({b + "ffn_norm.weight", {p.n_embd}, 0, DType::F32});
     ts.push_back({b + "ffn_gate.weight", {p.n_embd, p.n_ff}, s_in, DType::F32});

@@ -14,10 +14,9 @@ struct PerplexityResult {
   double perplexity = 0, nll = 0;
   int64_t n_tokens = 0;
   int32_t n_chunks = 0;
-  // With a base model: mean KL(base || model) of the next-token
+  // With a base model (0 without): mean KL(base || model) of the next-token
   // distributions (nats), the fraction of positions whose most likely token
   // is the same, and the base model's own perplexity.
-  bool has_base = false;
   double kl_divergence = 0, top1_agreement = 0, base_perplexity = 0;
 };
 

@@ -15,7 +15,7 @@
 // The parser trusts nothing: every count and length is compared with the
 // bytes that remain before anything is allocated or read, and every tensor's
 // extent is checked against the file before its data can be reached.
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "quant/gguf_stream.h"
+#include "gguf/gguf_stream.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "engine/tools.h"
+#include "tools/evaluate.h"
 
 #include <algorithm>
 #include <climits>
@@ -92,7 +92,6 @@ PerplexityResult perplexity(const Model& model, const std::string& text, int32_t
   res.nll = nll / static_cast<double>(res.n_tokens);
   res.perplexity = std::exp(res.nll);
   if (base_engine) {
-    res.has_base = true;
     res.kl_divergence = kl / static_cast<double>(res.n_tokens);
     res.top1_agreement = static_cast<double>(agree) / static_cast<double>(res.n_tokens);
     res.base_perplexity = std::exp(base_nll / static_cast<double>(res.n_tokens));

@@ -1,13 +1,12 @@
 // Synthetic models: random-weight GGUF files with the exact shapes of real
 // ones, so speed can be measured without downloading weights.
 //
-// Presets (shapes from the published configs):
+// Presets (shapes from the published configs); every one is an architecture
+// this build runs, so each written file loads (a preset for a new
+// architecture comes with that architecture):
 //   tinyllama-1.1b  llama  dim 2048, 22 layers, 32 heads, 4 kv heads, ffn 5632, vocab 32000
 //   llama-2-7b      llama  dim 4096, 32 layers, 32 heads, 32 kv heads, ffn 11008, vocab 32000
 //   llama-3-8b      llama  dim 4096, 32 layers, 32 heads, 8 kv heads, ffn 14336, vocab 128256, rope base 500000
-//   qwen2-0.5b      qwen2  dim 896, 24 layers, 14 heads, 2 kv heads, ffn 4864, vocab 151936, q/k/v biases,
-//                          tied embeddings, rope base 1000000 (written with arch "qwen2"; this build
-//                          has no qwen2 architecture, so such a file does not load for inference yet)
 //   tiny            llama  dim 64, 2 layers, 4 heads, 2 kv heads, ffn 160, vocab 512 (tests)
 //
 // Weights are uniform random with std 0.02 (projections into the residual
@@ -31,7 +30,6 @@ struct SynthPreset {
   const char* arch;
   int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
   float rope_base, rms_eps;
-  bool qkv_bias, tied_embeddings;
 };
 
 const std::vector<SynthPreset>& synth_presets();

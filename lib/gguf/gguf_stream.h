@@ -3,7 +3,7 @@
 // tensor's name, shape and type are declared first, the header goes out at
 // begin(), then tensor bytes follow in declaration order, each tensor padded
 // to the alignment. The file appears (renamed from a temporary) only when
-// finish() succeeds. Metadata is serialized by GgufWriter (model/gguf.h).
+// finish() succeeds. Metadata is serialized by GgufWriter (gguf/gguf.h).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace infer {
 

@@ -1,4 +1,4 @@
-#include "quant/quantize.h"
+#include "tools/quantize.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,11 +6,11 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
-#include "model/gguf.h"
-#include "quant/calibrated.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_stream.h"
 #include "quant/dequant.h"
 #include "quant/formats.h"
-#include "quant/gguf_stream.h"
+#include "tools/calibrated.h"
 
 namespace infer {
 

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "model/gguf.h"
+#include "gguf/gguf.h"
 
 namespace infer {
 

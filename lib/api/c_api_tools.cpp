@@ -1,6 +1,6 @@
-// The C API of quantization, synthetic models and perplexity against a base
-// model: argument checks and error translation around lib/quant/quantize.h,
-// lib/model/synth.h and lib/engine/tools.h.
+// The C API of the offline tools (infer.h's OFFLINE TOOLS section):
+// quantization, synthetic models, the llama2.c converter, perplexity and the
+// benchmark. Argument checks and error translation around lib/tools/.
 #include <algorithm>
 #include <cstring>
 #include <new>
@@ -9,12 +9,14 @@
 #include "api/api_util.h"
 #include "core/error.h"
 #include "core/threadpool.h"
-#include "engine/tools.h"
 #include "infer/infer.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "tools/evaluate.h"
+#include "tools/llama2c.h"
 #include "quant/formats.h"
-#include "quant/quantize.h"
+#include "tools/evaluate.h"
+#include "tools/quantize.h"
+#include "tools/synth.h"
 
 namespace {
 
@@ -22,6 +24,7 @@ using infer::api::fail;
 using infer::api::guarded;
 using infer::api::read_params;
 using infer::api::size_ok;
+using infer::api::to_engine_params;
 using infer::api::write_out;
 
 infer::DType parse_type(const char* name, int32_t group) {
@@ -72,8 +75,8 @@ infer_status infer_quantize(const char* in_path, const char* out_path, const inf
     o.max_calib_tokens = p.max_calib_tokens;
     o.gptq_damp = p.gptq_damp;
     o.act_order = p.act_order != 0;
-    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.progress_user); };
-    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.note_user); };
+    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
+    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.user_data); };
     const infer::QuantizeStats st = infer::quantize_model(in_path, out_path, o);
     if (result) {
       infer_quantize_result r;
@@ -119,8 +122,8 @@ infer_status infer_synth(const char* out_path, const infer_synth_params* params,
       infer::raise(infer::Status::InvalidArgument, "infer_synth: n_threads %d is out of range [0, %d]", p.n_threads,
                    infer::ThreadPool::kMaxThreads);
     o.n_threads = p.n_threads;
-    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.progress_user); };
-    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.note_user); };
+    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
+    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.user_data); };
     const uint64_t n = infer::write_synth_model(*preset, out_path, o);
     if (file_bytes) *file_bytes = n;
     return INFER_OK;
@@ -140,12 +143,19 @@ void infer_perplexity_params_init(infer_perplexity_params* p) {
   p->struct_size = sizeof *p;
 }
 
-infer_status infer_perplexity_ex(infer_model* model, const char* text, const infer_perplexity_params* params,
-                                 infer_perplexity_result* result) {
-  if (!model || !text || !result || !size_ok(result))
-    return fail(INFER_ERR_INVALID_ARGUMENT, "infer_perplexity_ex: NULL argument or wrong result struct_size");
-  if (params && !size_ok(params))
-    return fail(INFER_ERR_INVALID_ARGUMENT, "infer_perplexity_ex: params->struct_size is wrong");
+infer_status infer_convert_llama2c(const char* checkpoint_path, const char* tokenizer_path, const char* out_path) {
+  INFER_CHECK_ARG(checkpoint_path && tokenizer_path && out_path, "infer_convert_llama2c: paths must not be NULL");
+  return guarded([&] {
+    infer::convert_llama2c(checkpoint_path, tokenizer_path, out_path);
+    return INFER_OK;
+  });
+}
+
+infer_status infer_perplexity(const infer_model* model, const char* text, const infer_perplexity_params* params,
+                              infer_perplexity_result* result) {
+  INFER_CHECK_ARG(model && text && result && size_ok(result),
+                  "infer_perplexity: NULL argument or wrong result struct_size");
+  INFER_CHECK_ARG(!params || size_ok(params), "infer_perplexity: params->struct_size is wrong");
   const infer_perplexity_params p = read_params(params, infer_perplexity_params_init);
   return guarded([&] {
     const infer::Model* base = p.base ? &infer::api::model_of(p.base) : nullptr;
@@ -161,8 +171,41 @@ infer_status infer_perplexity_ex(infer_model* model, const char* text, const inf
     o.kl_divergence = r.kl_divergence;
     o.top1_agreement = r.top1_agreement;
     o.base_perplexity = r.base_perplexity;
-    write_out(result, o);
-    return INFER_OK;
+    return write_out(result, o);
+  });
+}
+
+void infer_bench_params_init(infer_bench_params* p) {
+  if (!p) return;
+  std::memset(p, 0, sizeof *p);
+  p->struct_size = sizeof *p;
+  p->n_prompt = 64;
+  p->n_gen = 32;
+  p->repetitions = 3;
+  p->batch = 1;
+}
+
+infer_status infer_bench(const infer_model* model, const infer_bench_params* params, infer_bench_result* result) {
+  INFER_CHECK_ARG(model && result && size_ok(result), "infer_bench: NULL argument or wrong struct_size");
+  INFER_CHECK_ARG(!params || size_ok(params), "infer_bench: params->struct_size is wrong");
+  const infer_bench_params p = read_params(params, infer_bench_params_init);
+  INFER_CHECK_ARG(!p.engine || size_ok(p.engine), "infer_bench: engine->struct_size is wrong");
+  return guarded([&] {
+    infer::EngineParams ep = to_engine_params(p.engine);
+    ep.n_threads = p.n_threads;
+    const infer::BenchResult r = infer::bench(infer::api::model_of(model), p.n_prompt, p.n_gen, p.batch, p.repetitions, ep);
+    infer_bench_result o;
+    std::memset(&o, 0, sizeof o);
+    o.struct_size = sizeof o;
+    o.n_prompt = r.n_prompt;
+    o.n_gen = r.n_gen;
+    o.n_threads = r.n_threads;
+    o.batch = r.batch;
+    o.prefill_ms = r.prefill_ms;
+    o.decode_ms = r.decode_ms;
+    o.prefill_tokens_per_s = r.prefill_tokens_per_s;
+    o.decode_tokens_per_s = r.decode_tokens_per_s;
+    return write_out(result, o);
   });
 }
 

@@ -20,7 +20,7 @@
 // bytes. llama2.c's exporter writes SentencePiece's space marker U+2581 as a
 // plain space and decorates BOS/EOS as "\n<s>\n" / "\n</s>\n"; both are undone
 // here so the vocabulary is the SentencePiece one again.
-#include "model/llama2c.h"
+#include "tools/llama2c.h"
 
 #include <cmath>
 #include <cstring>

@@ -11,7 +11,7 @@
 // the already-quantized layers before it, as in both papers' reference
 // implementations. Inside a layer GPTQ goes "true-sequential": q/k/v, then o
 // (its input computed with the quantized q/k/v), then gate/up, then down.
-#include "quant/calibrated.h"
+#include "tools/calibrated.h"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -24,10 +24,10 @@
 
 #include "core/error.h"
 #include "core/threadpool.h"
-#include "model/gguf.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_stream.h"
 #include "model/model.h"
 #include "quant/formats.h"
-#include "quant/gguf_stream.h"
 
 namespace infer {
 

@@ -1,10 +1,10 @@
-// GPTQ and AWQ (quant/quantize.h describes both): calibration text through
+// GPTQ and AWQ (tools/quantize.h describes both): calibration text through
 // the model layer by layer, with a plain f32 forward of our own (Eigen).
 #pragma once
 
 #include <string>
 
-#include "quant/quantize.h"
+#include "tools/quantize.h"
 
 namespace infer {
 
