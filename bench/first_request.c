@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "infer/infer.h"
@@ -17,6 +18,12 @@ static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static long minor_faults(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
 }
 
 static int cmp(const void* a, const void* b) {
@@ -59,6 +66,7 @@ int main(int argc, char** argv) {
     rp.n_prompt_tokens = n_prompt;
     rp.max_tokens = 1;
     infer_request* r = NULL;
+    const long f0 = minor_faults();
     if (infer_submit(e, &rp, &r) != INFER_OK || infer_engine_run(e) != INFER_OK) {
       fprintf(stderr, "request: %s\n", infer_last_error());
       return 1;
@@ -67,7 +75,7 @@ int main(int argc, char** argv) {
     infer_request_stats_init(&st);
     infer_request_get_stats(r, &st);
     ttft[i] = st.ttft_ms;
-    printf("request %d: ttft %.1f ms\n", i + 1, ttft[i]);
+    printf("request %d: ttft %.1f ms, %ld page faults\n", i + 1, ttft[i], minor_faults() - f0);
     infer_request_free(r);
   }
   double* rest = malloc(sizeof(double) * (n - 1));
