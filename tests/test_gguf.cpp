@@ -871,3 +871,18 @@ TEST_CASE("gguf: write the fuzz seed corpus", "[.fuzz-corpus]") {
   aligned.add_tensor("q5k", {256}, DType::Q5_K, q.data(), 176);
   save("align64-kquants.gguf", aligned.to_bytes());
 }
+
+TEST_CASE("gguf: values as text", "[gguf]") {
+  CHECK(gguf_value_text(GgufValue::make_string("llama")) == "llama");
+  CHECK(gguf_value_text(GgufValue::make_bool(true)) == "true");
+  CHECK(gguf_value_text(GgufValue::make_bool(false)) == "false");
+  CHECK(gguf_value_text(GgufValue::make_u32(4000000000u)) == "4000000000");
+  CHECK(gguf_value_text(GgufValue::make_i32(-7)) == "-7");
+  CHECK(gguf_value_text(GgufValue::make_u64(UINT64_MAX)) == "18446744073709551615");
+  CHECK(gguf_value_text(GgufValue::make_f32(0.1f)) == "0.100000001");  // 9 significant digits: exact for f32
+  CHECK(gguf_value_text(GgufValue::make_i32_array({1, -2, 3})) == "[1, -2, 3]");
+  CHECK(gguf_value_text(GgufValue::make_string_array({"a", "b c"})) == "[a, b c]");
+  CHECK(gguf_value_text(GgufValue::make_array(GgufType::Array, {GgufValue::make_i32_array({}),
+                                                                  GgufValue::make_f32_array({0.5f})})) ==
+        "[[], [0.5]]");
+}

@@ -117,27 +117,6 @@ using infer::api::read_params;
 using infer::api::size_ok;
 using infer::api::write_out;
 
-std::string render_value(const infer::GgufValue& v) {
-  using infer::GgufType;
-  switch (v.type) {
-    case GgufType::String: return v.s;
-    case GgufType::Bool: return v.u ? "true" : "false";
-    case GgufType::F32:
-    case GgufType::F64: return infer::strformat("%.9g", v.f);
-    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64:
-      return std::to_string(v.i);
-    case GgufType::Array: {
-      std::string s = "[";
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (i) s += ", ";
-        s += render_value(v.at(i));
-      }
-      return s + "]";
-    }
-    default: return std::to_string(v.u);
-  }
-}
-
 }  // namespace
 
 // For the C API's other translation units (c_api_chat.cpp): the same error
@@ -271,7 +250,7 @@ infer_status infer_model_meta(const infer_model* model, const char* key, char* b
   return guarded([&] {
     const infer::GgufValue* v = model->model->gguf().find(key);
     if (!v) return fail(INFER_ERR_NOT_FOUND, infer::strformat("no metadata key '%s'", key));
-    return copy_out(render_value(*v), buf, buf_size, needed);
+    return copy_out(infer::gguf_value_text(*v), buf, buf_size, needed);
   });
 }
 

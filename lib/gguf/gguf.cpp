@@ -355,6 +355,26 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& where, int dep
 
 // ---- GgufValue ------------------------------------------------------------------------
 
+std::string gguf_value_text(const GgufValue& v) {
+  switch (v.type) {
+    case GgufType::String: return v.s;
+    case GgufType::Bool: return v.u ? "true" : "false";
+    case GgufType::F32:
+    case GgufType::F64: return strformat("%.9g", v.f);
+    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64:
+      return std::to_string(v.i);
+    case GgufType::Array: {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i) s += ", ";
+        s += gguf_value_text(v.at(i));
+      }
+      return s + "]";
+    }
+    default: return std::to_string(v.u);
+  }
+}
+
 const char* gguf_type_name(GgufType t) {
   switch (t) {
     case GgufType::U8: return "u8";

@@ -106,6 +106,10 @@ struct GgufValue {
 // Bytes of one element of a number or bool type, 0 for strings and arrays.
 size_t gguf_type_size(GgufType t);
 
+// A value as text: strings as they are, bools "true"/"false", integers in
+// decimal, floats with 9 significant digits, arrays "[a, b, ...]".
+std::string gguf_value_text(const GgufValue& v);
+
 struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // dims[0] is the fastest-varying (row length)
