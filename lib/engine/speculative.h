@@ -1,0 +1,111 @@
+// Speculative decoding's parts that do not depend on the engine: drafters
+// (which propose the next tokens of a sequence cheaply), the lossless
+// acceptance rule the target model's scores decide drafts with, the
+// per-sequence draft length controller, and the acceptance counters.
+//
+// One verification step of a sequence: the drafter proposes d_1..d_K after
+// the sequence's tokens; the target scores the last known token and the K
+// drafts in one forward (K+1 rows); row i gives the target distribution p_i
+// of the token after d_1..d_i (with every sampler setting applied, the
+// history including the drafts before it). Drafts are decided in order:
+// d_{i+1} is accepted with probability min(1, p_i(d)/q_i(d)) (q_i: the
+// drafter's distribution; a point mass for drafters that propose without
+// one, so the probability is p_i(d)); the first rejected draft is replaced
+// by a token drawn from normalize(max(0, p_i - q_i)) and the step ends; when
+// all K are accepted, row K gives one more token, drawn from p_K as plain
+// decoding would. Each emitted token is distributed exactly as the target
+// would have sampled it (the speculative sampling theorem); greedy decoding
+// (p a point mass at the argmax) accepts exactly the drafts equal to the
+// argmax and replaces the first other one by the argmax, so greedy output is
+// the plain greedy output token for token when the target's rows do not
+// depend on how many rows share the forward (tests/test_batch_invariance).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace infer {
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual const char* name() const = 0;
+  // Appends up to max_k proposed tokens to follow `tokens` (prompt and
+  // generated) to `out`; returns how many. 0: nothing worth proposing.
+  virtual int32_t propose(const std::vector<int32_t>& tokens, int32_t max_k, std::vector<int32_t>& out) = 0;
+};
+
+// Prompt lookup: finds the latest earlier occurrence of the sequence's last
+// n tokens (n from n_max down to n_min) in its prompt and generated text,
+// and proposes the tokens that followed it. No model, no distribution (point
+// masses). Strong where outputs copy their input (summaries, code edits,
+// extraction) and on repetitive text.
+class NgramDrafter final : public Drafter {
+ public:
+  // Error(InvalidArgument) unless 1 <= n_min <= n_max <= 64.
+  NgramDrafter(int32_t n_max = 3, int32_t n_min = 1);
+  const char* name() const override { return "ngram"; }
+  int32_t propose(const std::vector<int32_t>& tokens, int32_t max_k, std::vector<int32_t>& out) override;
+
+ private:
+  int32_t n_max_, n_min_;
+};
+
+// The decision on one draft token.
+struct DraftVerdict {
+  bool accepted = false;
+  int32_t token = -1;  // the draft when accepted, else the replacement drawn from the residual
+};
+
+// Decides draft d against the target distribution p (candidates with
+// probabilities summing to 1, as Sampler::distribution gives them). q is the
+// drafter's distribution over the same vocabulary (nullptr: a point mass at
+// d). Draws use rng (one uniform for the decision, one for a replacement).
+DraftVerdict verify_draft(const std::vector<TokenCandidate>& p, int32_t d, const std::vector<TokenCandidate>* q,
+                          std::mt19937_64& rng);
+
+// How many tokens a sequence drafts next: grows by one after a step whose
+// drafts were all accepted, shrinks after a step that accepted less than
+// half of them, within [1, max_k]; a sequence whose recent acceptance is
+// very low (below 1 token in 8 over the last window) pauses drafting for a
+// while and then tries again with one token, so text that does not repeat
+// costs almost nothing.
+class DraftLength {
+ public:
+  explicit DraftLength(int32_t max_k = 4) : max_k_(max_k), k_(max_k > 0 ? std::min(max_k, 2) : 0) {}
+  // Tokens to draft this step (0: none).
+  int32_t next() const { return paused_ > 0 ? 0 : k_; }
+  // After a step that drafted `drafted` tokens and accepted `accepted` (a
+  // step that drafted nothing counts down a pause).
+  void update(int32_t drafted, int32_t accepted);
+  int32_t max_k() const { return max_k_; }
+
+ private:
+  int32_t max_k_;
+  int32_t k_;
+  int32_t paused_ = 0;
+  double recent_rate_ = 0.5;  // exponential average of accepted / drafted
+};
+
+// Acceptance counters, per request and per engine.
+struct SpecCounters {
+  static constexpr int kPositions = 16;
+  uint64_t steps = 0;     // verification steps that drafted something
+  uint64_t drafted = 0;   // draft tokens scored
+  uint64_t accepted = 0;  // of which accepted
+  // drafted_at[i] / accepted_at[i]: drafts at position i (0-based) of a step
+  // (the last slot counts positions >= kPositions - 1).
+  uint64_t drafted_at[kPositions] = {};
+  uint64_t accepted_at[kPositions] = {};
+  void add_step(int32_t drafted, int32_t accepted);
+  void merge(const SpecCounters& o);
+  double acceptance_rate() const { return drafted ? static_cast<double>(accepted) / drafted : 0.0; }
+  // Tokens emitted per verification step: accepted drafts plus the target's own.
+  double mean_accepted_length() const { return steps ? static_cast<double>(accepted + steps) / steps : 0.0; }
+};
+
+}  // namespace infer
