@@ -88,10 +88,10 @@ inline float* thread_scratch(size_t n) {
 //   for rows i0 .. i0 + NX of x;
 // K::store(const float* out, int nx, int nc, float* y, int64_t ldy) writes
 //   nc <= kCols columns of nx rows.
-// Panels of rows [r0, r1), rows [i0, m) of x: each panel part is walked by
-// every tile of x while it is hot in cache.
+// Panels of rows [r0, r1) against all rows of x: each panel part is walked
+// by every tile of x while it is hot in cache.
 template <class K>
-void panel_gemm(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t i0 = 0) {
+void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
   static_assert(kPanelRows % K::kCols == 0);
   const Panels& P = *a.panels;
   const int64_t n_out = a.w->n_out;
@@ -102,18 +102,13 @@ void panel_gemm(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t i0 = 0) {
       const int64_t c0 = p * kPanelRows + K::kCols * part;
       if (c0 >= r1) break;
       const int nc = static_cast<int>(std::min<int64_t>(K::kCols, r1 - c0));
-      for (int64_t i = i0; i < a.m; i += K::kRows) {
+      for (int64_t i = 0; i < a.m; i += K::kRows) {
         const int nx = static_cast<int>(std::min<int64_t>(K::kRows, a.m - i));
         with_rows<K::kRows>(nx, [&](auto NX) { K::template run<decltype(NX)::value>(P, panel, part, *a.qa, i, out); });
         K::store(out, nx, nc, a.y + i * n_out + c0, n_out);
       }
     }
   }
-}
-
-template <class K>
-void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  panel_gemm<K>(a, r0, r1);
 }
 
 // a without its first i0 rows of x (and of y and the int8 activations):
@@ -136,25 +131,26 @@ inline MatmulArgs rows_from(const MatmulArgs& a, int64_t i0, QActs& qa) {
   return b;
 }
 
-// ---- float weights in their file layout (F32) ------------------------------------------
+// ---- weights in their file layout, one row at a time -----------------------------------
 
-// Dot products, for small m:
-// K::template run<NX>(const uint8_t* w_row, const float* x, int64_t n, int64_t ldx,
-//                     float* y, int64_t ldy): y[r * ldy] = x[r] · w_row, r < NX.
+// Each weight row of [r0, r1) against the rows of x in tiles of up to K::kRows
+// (block formats without panels, and F32 dot products for small m):
+// K::template run<NX>(const MatmulArgs& a, const uint8_t* w_row, int64_t i0,
+//                     float* y): y[r * n_out] = x[i0 + r] · w_row, r < NX.
 template <class K>
-void float_dot_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
+void row_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
   const WeightView& w = *a.w;
   for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* wr = w.row(r);
     for (int64_t i = 0; i < a.m; i += K::kRows) {
-      const float* x = a.x + i * w.n_in;
       float* y = a.y + i * w.n_out + r;
       const int nx = static_cast<int>(std::min<int64_t>(K::kRows, a.m - i));
-      with_rows<K::kRows>(nx, [&](auto NX) {
-        K::template run<decltype(NX)::value>(w.row(r), x, w.n_in, w.n_in, y, w.n_out);
-      });
+      with_rows<K::kRows>(nx, [&](auto NX) { K::template run<decltype(NX)::value>(a, wr, i, y); });
     }
   }
 }
+
+// ---- float weights in their file layout (F32), for larger m ----------------------------
 
 // Converted panels, for larger m: kCols rows of W converted to f32 and
 // transposed into the thread's scratch, then a register-tile micro-kernel:

@@ -358,7 +358,7 @@ void k8_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0,
   }
 }
 
-// The panel micro-kernels as cpu/gemm_driver.h's panel_gemm takes them:
+// The panel micro-kernels as cpu/gemm_driver.h's panel_tiles takes them:
 // half a panel (8 rows of W) against up to 4 rows of x, or (decode, m <= 2)
 // the whole panel in one pass, so that memory is not left idle during a
 // second half pass.
@@ -550,23 +550,18 @@ struct DecQ6_K {
   }
 };
 
+// A decoder as cpu/gemm_driver.h's row_tiles takes it: one weight row
+// against up to 4 rows of x.
 template <class Dec>
-void tile_rows(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const WeightView& w = *a.w;
-  const QActs& qa = *a.qa;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* wr = w.row(r);
-    for (int64_t i = 0; i < a.m; i += 4) {
-      float* y = a.y + i * w.n_out + r;
-      switch (std::min<int64_t>(4, a.m - i)) {
-        case 4: { UnitAcc<4> acc(&qa, i); Dec::row(wr, w.n_in, acc); acc.finish(y, w.n_out); break; }
-        case 3: { UnitAcc<3> acc(&qa, i); Dec::row(wr, w.n_in, acc); acc.finish(y, w.n_out); break; }
-        case 2: { UnitAcc<2> acc(&qa, i); Dec::row(wr, w.n_in, acc); acc.finish(y, w.n_out); break; }
-        default: { UnitAcc<1> acc(&qa, i); Dec::row(wr, w.n_in, acc); acc.finish(y, w.n_out); break; }
-      }
-    }
+struct BlockRows {
+  static constexpr int kRows = 4;
+  template <int NX>
+  static void run(const MatmulArgs& a, const uint8_t* wr, int64_t i, float* y) {
+    UnitAcc<NX> acc(a.qa, i);
+    Dec::row(wr, a.w->n_in, acc);
+    acc.finish(y, a.w->n_out);
   }
-}
+};
 
 // ---- float formats -------------------------------------------------------------------------
 
@@ -667,8 +662,9 @@ void float_panel_kernel(const float* panel, int64_t n, const float* x, int64_t l
 struct F32Dot {
   static constexpr int kRows = 4;
   template <int NX>
-  static void run(const uint8_t* wr, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy) {
-    float_rows_dot<LoadF32, NX>(wr, x, n, ldx, y, ldy);
+  static void run(const MatmulArgs& a, const uint8_t* wr, int64_t i, float* y) {
+    const int64_t n = a.w->n_in;
+    float_rows_dot<LoadF32, NX>(wr, a.x + i * n, n, n, y, a.w->n_out);
   }
 };
 struct F32Panel {
@@ -794,12 +790,12 @@ FormatKernel format_kernel(DType t, int64_t m) {
     case DType::Q8_0: k.tile = panels_for<K8Half<false>, K8Full<false>>(m); k.act_block = 32; k.panels = true; break;
     case DType::W8A8: k.tile = panels_for<K8Half<true>, K8Full<true>>(m); k.act_block = -1; k.panels = true; break;
     case DType::Q4_1: k.tile = panels_for<K4Half<Sc::Q4_1>, K4Full<Sc::Q4_1>>(m); k.act_block = 32; k.panels = true; break;
-    case DType::Q5_0: k.tile = tile_rows<DecQ5_0>; k.act_block = 32; break;
-    case DType::Q5_1: k.tile = tile_rows<DecQ5_1>; k.act_block = 32; break;
+    case DType::Q5_0: k.tile = row_tiles<BlockRows<DecQ5_0>>; k.act_block = 32; break;
+    case DType::Q5_1: k.tile = row_tiles<BlockRows<DecQ5_1>>; k.act_block = 32; break;
     case DType::Q4_K: k.tile = panels_for<K4Half<Sc::Q4_K>, K4Full<Sc::Q4_K>>(m); k.act_block = 32; k.panels = true; break;
-    case DType::Q5_K: k.tile = tile_rows<DecQK<true>>; k.act_block = 32; break;
-    case DType::Q6_K: k.tile = tile_rows<DecQ6_K>; k.act_block = 32; break;
-    case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : float_dot_rows<F32Dot>; break;
+    case DType::Q5_K: k.tile = row_tiles<BlockRows<DecQK<true>>>; k.act_block = 32; break;
+    case DType::Q6_K: k.tile = row_tiles<BlockRows<DecQ6_K>>; k.act_block = 32; break;
+    case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : row_tiles<F32Dot>; break;
     case DType::F16: k.tile = tile_fp<Fp, PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     case DType::BF16: k.tile = tile_fp<Fp, PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     default: break;

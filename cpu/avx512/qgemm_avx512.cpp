@@ -125,7 +125,7 @@ void k8_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
   for (int r = 0; r < NX; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
 }
 
-// The panel micro-kernels as cpu/gemm_driver.h's panel_gemm takes them: a
+// The panel micro-kernels as cpu/gemm_driver.h's panel_tiles takes them: a
 // whole panel (16 rows of W) against up to 8 rows of x.
 struct Store16 {
   static constexpr int kCols = 16, kRows = 8;
@@ -253,8 +253,9 @@ void float_panel_kernel(const float* panel, int64_t n, const float* x, int64_t l
 struct F32Dot {
   static constexpr int kRows = 4;
   template <int NX>
-  static void run(const uint8_t* wr, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy) {
-    float_rows_dot<LoadF32, NX>(wr, x, n, ldx, y, ldy);
+  static void run(const MatmulArgs& a, const uint8_t* wr, int64_t i, float* y) {
+    const int64_t n = a.w->n_in;
+    float_rows_dot<LoadF32, NX>(wr, a.x + i * n, n, n, y, a.w->n_out);
   }
 };
 struct F32Panel {
@@ -345,7 +346,7 @@ FormatKernel format_kernel(DType t, int64_t m) {
       k.tile = panel_tiles<K4<Sc::Int4>>; k.act_block = 32; k.panels = true; break;
     case DType::Q8_0: k.tile = panel_tiles<K8<false>>; k.act_block = 32; k.act_u8 = true; k.panels = true; break;
     case DType::W8A8: k.tile = panel_tiles<K8<true>>; k.act_block = -1; k.act_u8 = true; k.panels = true; break;
-    case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : float_dot_rows<F32Dot>; break;
+    case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : row_tiles<F32Dot>; break;
     case DType::F16: k.tile = tile_fp<Fp, PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     case DType::BF16: k.tile = tile_fp<Fp, PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     default: break;
