@@ -28,6 +28,13 @@ void EngineParams::validate() const {
     raise(Status::InvalidArgument, "batch_timeout_ms must be in [0, 3600000]");
   if (step_row_multiple < 0 || step_row_multiple > 4096)
     raise(Status::InvalidArgument, "step_row_multiple %d is out of range [0, 4096]", step_row_multiple);
+  if (spec != SpecMethod::None && spec != SpecMethod::Ngram)
+    raise(Status::InvalidArgument, "unknown speculative method %d", static_cast<int>(spec));
+  if (spec_k < 1 || spec_k > 32) raise(Status::InvalidArgument, "spec_k %d is out of range [1, 32]", spec_k);
+  if (spec_ngram_min < 1 || spec_ngram_max < spec_ngram_min || spec_ngram_max > 64)
+    raise(Status::InvalidArgument, "n-gram lengths must satisfy 1 <= min (%d) <= max (%d) <= 64", spec_ngram_min,
+          spec_ngram_max);
+  if (spec_max_batch < 0) raise(Status::InvalidArgument, "spec_max_batch %d is negative", spec_max_batch);
 }
 
 namespace {
@@ -93,6 +100,7 @@ Engine::Engine(const Model& model, const EngineParams& params)
       kv_(make_kv(model, params, n_ctx_, *backend_)),
       sched_(scheduler_config(model, params, *backend_), *kv_),
       created_(Clock::now()) {
+  if (params.spec == SpecMethod::Ngram) drafter_ = std::make_unique<NgramDrafter>(params.spec_ngram_max, params.spec_ngram_min);
   const KvLayout& layout = kv_->layout();
   log(LogLevel::Info, "engine: %d %s KV blocks of %d tokens (%.1f MiB), %d host blocks, n_ctx %d, %d threads",
       layout.n_blocks, kv_type_name(layout.type), layout.block_size, kv_->bytes_total() / 1048576.0,
@@ -130,7 +138,16 @@ std::shared_ptr<Sequence> Engine::make_sequence(RequestParams& p) {
   if (p.logits & ~7u) raise(Status::InvalidArgument, "unknown logits flags 0x%x", p.logits);
   p.sampling.validate(n_vocab);
   auto req = std::make_shared<Request>(next_id_.fetch_add(1), std::move(p), model_.tokenizer());
-  return std::make_shared<Sequence>(std::move(req), n_vocab);
+  auto seq = std::make_shared<Sequence>(std::move(req), n_vocab);
+  // Speculation needs every emitted token to come out of the verification
+  // rule alone: requests that store generated logits decode one token per step.
+  const RequestParams& rp = seq->request().params();
+  if (drafter_ && !(rp.logits & kLogitsGenerated)) {
+    seq->speculates = true;
+    seq->draft_len = DraftLength(params_.spec_k);
+    seq->spec_rng.seed(rp.sampling.seed ^ 0x9e3779b97f4a7c15ull);
+  }
+  return seq;
 }
 
 std::shared_ptr<Request> Engine::submit(RequestParams p) {
@@ -233,6 +250,11 @@ void Engine::sample_next(Sequence& s, const float* lg) {
     r.finish(FinishReason::Error, Status::OutOfMemory, "out of memory while sampling");
     return;
   }
+  emit(s, t);
+}
+
+bool Engine::emit(Sequence& s, int32_t t) {
+  Request& r = s.request();
   const bool eog = !r.params().ignore_eos && model_.tokenizer().is_eog(t);
   const bool at_limit = r.n_generated() + 1 >= r.params().max_tokens || s.n_tokens() + 1 >= n_ctx_;
   ++stats_.n_generated_tokens;
@@ -241,6 +263,83 @@ void Engine::sample_next(Sequence& s, const float* lg) {
   } catch (const std::bad_alloc&) {
     r.finish(FinishReason::Error, Status::OutOfMemory, "out of memory while appending a token");
   }
+  return !r.finished();
+}
+
+// Drafts for the sequences that will decode this step, unless the batch is
+// already large enough (params.spec_max_batch) that drafting does not pay.
+void Engine::draft() {
+  int32_t decoding = 0;
+  for (const auto& p : sched_.running()) {
+    p->draft.clear();
+    if (p->on_device() && !p->done() && p->pending() == 1) ++decoding;
+  }
+  if (!drafter_ || (params_.spec_max_batch > 0 && decoding > params_.spec_max_batch)) return;
+  for (const auto& p : sched_.running()) {
+    Sequence& s = *p;
+    if (!s.speculates || !s.on_device() || s.done() || s.pending() != 1) continue;
+    const Request& r = s.request();
+    // No further than the token limit and the context allow: every draft
+    // position must exist, and the token after the drafts is emitted too.
+    int32_t k = s.draft_len.next();
+    k = std::min(k, r.params().max_tokens - r.n_generated() - 1);
+    k = std::min(k, n_ctx_ - s.n_tokens() - 1);
+    if (k <= 0) {
+      s.draft_len.update(0, 0);
+      continue;
+    }
+    drafter_->propose(s.tokens(), k, s.draft);
+    if (s.draft.empty()) s.draft_len.update(0, 0);
+  }
+}
+
+// The rows of one speculating entry: row 0 is the last known token, row j
+// (1..n) draft j-1. Drafts are decided in order (engine/speculative.h); the
+// first rejected one is replaced and ends the step; when all are accepted the
+// last row gives one more token, sampled as plain decoding would.
+size_t Engine::verify(const StepPlan& plan, size_t first) {
+  const int32_t n_vocab = model_.config().n_vocab;
+  const StepPlan::Row& row0 = plan.rows[first];
+  const StepPlan::Entry& en = plan.entries[row0.entry];
+  Sequence& s = *en.seq;
+  Request& r = s.request();
+  const int32_t n = en.n_draft;
+  if (s.done()) return static_cast<size_t>(n) + 1;  // cancelled: retired at the step's end
+  int32_t accepted = 0;
+  bool ended = false;
+  for (int32_t j = 0; j <= n && !ended; ++j) {
+    const float* lg = logits_.data() + (first + j) * static_cast<size_t>(n_vocab);
+    if (j == n) {
+      sample_next(s, lg);
+      break;
+    }
+    if (r.finished()) break;
+    if (r.n_generated() >= r.params().max_tokens) {
+      r.finish(FinishReason::Length);
+      break;
+    }
+    DraftVerdict v;
+    try {
+      s.scratch.assign(lg, lg + n_vocab);
+      v = verify_draft(s.sampler.distribution(s.scratch, r.tokens()), s.draft[j], nullptr, s.spec_rng);
+    } catch (const Error& e) {
+      r.finish(FinishReason::Error, e.status(), e.what());
+      break;
+    } catch (const std::bad_alloc&) {
+      r.finish(FinishReason::Error, Status::OutOfMemory, "out of memory while verifying drafts");
+      break;
+    }
+    if (v.accepted) ++accepted;
+    ended = !emit(s, v.token) || !v.accepted;
+  }
+  // Accepted drafts' K/V were computed at the right positions: they count.
+  s.n_computed += accepted;
+  s.spec.add_step(n, accepted);
+  stats_.spec.add_step(n, accepted);
+  s.draft_len.update(n, accepted);
+  s.draft.clear();
+  sched_.rolled_back(s);
+  return static_cast<size_t>(n) + 1;
 }
 
 // Logits rows in batch order: stored where the request asked for them;
@@ -259,7 +358,12 @@ void Engine::postprocess(const StepPlan& plan) {
       }
       s.next_logit_pos = row.pos + 1;
     }
-    if (!row.sample || s.done()) continue;
+    if (!row.sample) continue;
+    if (plan.entries[row.entry].n_draft > 0) {
+      i += verify(plan, i) - 1;
+      continue;
+    }
+    if (s.done()) continue;
     if (!s.followers.empty())
       for (Sequence* f : sched_.fork_followers(s)) sample_next(*f, lg);
     sample_next(s, lg);
@@ -270,6 +374,7 @@ int Engine::step() {
   take_inbox();
   StepPlan plan;
   try {
+    draft();
     plan = sched_.schedule();
     plan_failures_ = 0;
   } catch (const std::bad_alloc&) {

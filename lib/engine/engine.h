@@ -44,6 +44,15 @@ struct EngineParams {
   SchedPolicy policy = SchedPolicy::Continuous;
   double batch_timeout_ms = 50;    // dynamic batching: the longest a request waits for a full batch
   int32_t step_row_multiple = 0;   // continuous: prompt chunks end decoding steps on a multiple of this; 0: the backend's row tile; 1: off
+  // Speculative decoding (engine/speculative.h). Ngram: prompt lookup.
+  SpecMethod spec = SpecMethod::None;
+  int32_t spec_k = 4;              // most draft tokens per sequence and step (1..32)
+  int32_t spec_ngram_max = 3;      // n-gram lengths matched, longest first
+  int32_t spec_ngram_min = 1;
+  // No drafting in a step where more than this many sequences decode: a
+  // larger batch already fills the matmul tiles drafts would have used, and
+  // rejected drafts then cost real time (0: no limit). See bench/RESULTS.md.
+  int32_t spec_max_batch = 4;
   void validate() const;
 };
 
@@ -51,6 +60,7 @@ struct EngineStats {
   int32_t n_running = 0, n_waiting = 0;
   uint64_t n_steps = 0, n_prompt_tokens = 0, n_generated_tokens = 0, n_preemptions = 0;
   uint64_t n_finished = 0;
+  SpecCounters spec;               // speculative decoding, all requests
   double uptime_s = 0;             // since the engine was created
   KvStats kv;
 };
@@ -101,6 +111,14 @@ class Engine {
   bool forward(const StepPlan& plan);
   void postprocess(const StepPlan& plan);
   void sample_next(Sequence& s, const float* logits);
+  // Appends token t to s's request (end of generation, limits, stop strings,
+  // streaming). False when the request has ended.
+  bool emit(Sequence& s, int32_t t);
+  // Proposes this step's drafts for the decoding sequences.
+  void draft();
+  // Decides the drafts of the entry whose rows start at plan row `first`;
+  // returns the number of rows it consumed.
+  size_t verify(const StepPlan& plan, size_t first);
   void publish_stats();
 
   const Model& model_;
@@ -111,6 +129,7 @@ class Engine {
   std::unique_ptr<KvCache> kv_;
   Scheduler sched_;
   Workspace ws_;
+  std::unique_ptr<Drafter> drafter_;
   std::vector<float> logits_;
   EngineStats stats_;
   int plan_failures_ = 0;  // consecutive steps whose planning ran out of memory

@@ -193,7 +193,7 @@ int32_t Scheduler::step_budget(bool open) const {
   int32_t decode = 0, want = 0;
   for (const auto& s : running_) {
     if (!s->on_device() || s->done()) continue;
-    if (s->pending() == 1) ++decode; else want += s->pending();
+    if (s->pending() == 1) decode += 1 + static_cast<int32_t>(s->draft.size()); else want += s->pending();
   }
   // Only the prompts that can be admitted this step: the free sequence slots
   // bound them (counting every waiting prompt made the step end wherever the
@@ -228,10 +228,24 @@ StepPlan Scheduler::schedule() {
     if (!s->on_device()) continue;  // preempted while making room for another
     const int32_t take = std::min(s->pending(), budget);
     switch (make_room(*s, s->n_computed, s->n_computed + take, plan, budget)) {
-      case Room::Ok:
-        plan.entries.push_back({s, s->n_computed, take});
-        budget -= take;
+      case Room::Ok: {
+        // Drafts ride along when budget and free blocks allow; they never
+        // preempt anyone (they are a bet, the real token is not).
+        int32_t n_draft = 0;
+        if (s->pending() == 1 && !s->draft.empty()) {
+          n_draft = std::min<int32_t>(static_cast<int32_t>(s->draft.size()), budget - take);
+          const int32_t end = s->n_computed + take + n_draft;
+          try {
+            if (n_draft > 0 && !(kv_.reserve(s->slot, end) && kv_.prepare_write(s->slot, s->n_computed + take, end)))
+              n_draft = 0;
+          } catch (const std::bad_alloc&) {
+            n_draft = 0;
+          }
+        }
+        plan.entries.push_back({s, s->n_computed, take, n_draft});
+        budget -= take + n_draft;
         break;
+      }
       case Room::Yield:
         preempt(*s, plan, budget);
         break;
@@ -290,7 +304,18 @@ void Scheduler::build_batch(StepPlan& plan) const {
       plan.batch.add(s.tokens()[i], i, s.slot, keep || sample);
       if (keep || sample) plan.rows.push_back({static_cast<int32_t>(e), i, keep, sample});
     }
+    // Draft tokens follow the last known token; each row's logits verify the
+    // next draft (the last row's give the token after all of them).
+    for (int32_t j = 0; j < en.n_draft; ++j) {
+      const int32_t pos = s.n_tokens() + j;
+      plan.batch.add(s.draft[j], pos, s.slot, true);
+      plan.rows.push_back({static_cast<int32_t>(e), pos, false, true});
+    }
   }
+}
+
+void Scheduler::rolled_back(Sequence& s) {
+  if (s.on_device() && !s.done()) kv_.truncate(s.slot, s.n_tokens());
 }
 
 void Scheduler::computed(const StepPlan& plan) {

@@ -61,13 +61,14 @@ struct StepPlan {
     Sequence* seq;
     int32_t begin;  // first token index fed this step
     int32_t count;  // tokens fed this step
+    int32_t n_draft = 0;  // draft tokens fed after them (seq->draft[0..n_draft)), to be verified
   };
   // One per batch row whose logits are computed, in batch order.
   struct Row {
     int32_t entry;  // index into entries
     int32_t pos;    // token position in its sequence
     bool keep;      // stored in the request's logits output
-    bool sample;    // the sequence's last known token: sample the next one from it
+    bool sample;    // the sequence's last known token (or a draft): sample / verify the next one from it
   };
   std::vector<Entry> entries;
   std::vector<Row> rows;
@@ -84,8 +85,13 @@ class Scheduler {
   void enqueue(std::shared_ptr<Sequence> s);
   // Plans the next step. Sequences that can never run are finished here.
   StepPlan schedule();
-  // After a successful forward: the planned tokens' K/V are in the cache.
+  // After a successful forward: the planned tokens' K/V are in the cache
+  // (draft tokens' K/V count only once the engine accepts them).
   void computed(const StepPlan& plan);
+  // After verification: positions from s.n_computed on held rejected drafts;
+  // blocks wholly past the sequence's tokens go back to the pool (nothing is
+  // copied: the next step overwrites the rest).
+  void rolled_back(Sequence& s);
   // A leader whose prompt is computed: each follower forks its KV (all blocks
   // shared) and runs on its own. Returns the followers now running.
   std::vector<Sequence*> fork_followers(Sequence& leader);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/speculative.h"
 #include "sampling/sampler.h"
 
 namespace infer {
@@ -50,6 +51,13 @@ class Sequence {
   int32_t next_logit_pos = 0;  // first position whose logits row is not stored yet
   Sampler sampler;
   std::vector<float> scratch;  // logits copy for the sampler
+
+  // ---- speculative decoding (the engine's) ----
+  bool speculates = false;     // the engine drafts for this sequence
+  std::vector<int32_t> draft;  // tokens proposed for this step, after tokens()
+  DraftLength draft_len{0};
+  SpecCounters spec;
+  std::mt19937_64 spec_rng;    // acceptance draws (seeded from the request's seed)
 
   // n > 1 samples of one prompt: the leader computes the prompt, then each
   // follower forks its KV (sharing every block) and samples on its own.

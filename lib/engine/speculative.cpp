@@ -6,6 +6,14 @@
 
 namespace infer {
 
+const char* spec_method_name(SpecMethod m) {
+  switch (m) {
+    case SpecMethod::None: return "none";
+    case SpecMethod::Ngram: return "ngram";
+  }
+  return "?";
+}
+
 NgramDrafter::NgramDrafter(int32_t n_max, int32_t n_min) : n_max_(n_max), n_min_(n_min) {
   if (n_min < 1 || n_max < n_min || n_max > 64)
     raise(Status::InvalidArgument, "n-gram drafter: need 1 <= n_min <= n_max <= 64 (got n_min %d, n_max %d)", n_min,

@@ -30,6 +30,10 @@
 
 namespace infer {
 
+// Which drafter an engine speculates with.
+enum class SpecMethod : int { None = 0, Ngram = 1 };
+const char* spec_method_name(SpecMethod m);
+
 class Drafter {
  public:
   virtual ~Drafter() = default;

@@ -1,0 +1,156 @@
+// Speculative decoding inside the engine (n-gram drafts): greedy output is
+// the plain greedy output token for token, alone and with several sequences
+// speculating in the same step, under preemption and with a tiny KV pool;
+// limits, stop strings and cancellation hold; the KV books stay consistent.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "test_models.h"
+
+using namespace infer;
+
+namespace {
+
+struct Run {
+  std::vector<std::vector<int32_t>> out;
+  SpecCounters spec;
+  std::vector<FinishReason> reasons;
+};
+
+// Greedy (or sampled) continuations of each prompt, all submitted at once.
+Run generate(const Model& m, const std::vector<std::string>& prompts, int n, EngineParams ep, float temp = 0,
+             const std::vector<std::string>& stops = {}) {
+  Engine engine(m, ep);
+  std::vector<std::shared_ptr<Request>> rs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    RequestParams rp;
+    rp.prompt = m.tokenizer().encode(prompts[i], true);
+    rp.max_tokens = n;
+    rp.sampling.temperature = temp;
+    rp.sampling.seed = 42 + i;
+    rp.ignore_eos = true;
+    rp.stop = stops;
+    rs.push_back(engine.submit(rp));
+  }
+  engine.run();
+  Run r;
+  for (auto& q : rs) {
+    r.out.emplace_back(q->generated(), q->generated() + q->n_generated());
+    r.reasons.push_back(q->finish_reason());
+  }
+  r.spec = engine.stats().spec;
+  engine.kv().check_invariants();
+  CHECK(engine.kv().n_blocks_used() == 0);
+  return r;
+}
+
+const std::vector<std::string> kPrompts = {
+    "Once upon a time, there was a little girl named Lily. Lily liked to play. Once upon a time",
+    "The cat sat on the mat. The cat sat on the mat. The cat",
+    "Tom had a big red ball.",
+    "One day, a bird",
+};
+
+}  // namespace
+
+TEST_CASE("speculative engine: greedy n-gram speculation gives the plain greedy tokens", "[spec_engine]") {
+  NEED_MODEL(model);
+  EngineParams plain;
+  plain.max_seqs = 1;  // one sequence per step in both runs: m = 1 versus K + 1 rows
+  EngineParams spec = plain;
+  spec.spec = SpecMethod::Ngram;
+  for (int k : {1, 3, 8}) {
+    CAPTURE(k);
+    spec.spec_k = k;
+    const Run a = generate(*model, kPrompts, 80, plain);
+    const Run b = generate(*model, kPrompts, 80, spec);
+    CHECK(a.spec.drafted == 0);
+    CHECK(b.out == a.out);
+    CHECK(b.spec.drafted > 0);
+    CHECK(b.spec.accepted > 0);  // stories repeat themselves: prompt lookup finds some
+    CHECK(b.spec.accepted <= b.spec.drafted);
+    for (size_t i = 0; i < a.out.size(); ++i) CHECK(b.out[i].size() == 80);
+  }
+}
+
+TEST_CASE("speculative engine: many sequences speculate in the same step", "[spec_engine]") {
+  NEED_MODEL(model);
+  EngineParams plain;
+  EngineParams spec;
+  spec.spec = SpecMethod::Ngram;
+  spec.spec_k = 4;
+  spec.spec_max_batch = 0;  // draft whatever the batch size
+  const Run a = generate(*model, kPrompts, 64, plain);
+  const Run b = generate(*model, kPrompts, 64, spec);
+  CHECK(b.out == a.out);
+  CHECK(b.spec.drafted > 0);
+  // Above spec_max_batch sequences decoding, nothing is drafted.
+  spec.spec_max_batch = 2;
+  const Run c = generate(*model, kPrompts, 16, spec);
+  CHECK(c.spec.drafted < b.spec.drafted);
+}
+
+TEST_CASE("speculative engine: a small KV pool, preemption and sampling", "[spec_engine]") {
+  NEED_MODEL(model);
+  EngineParams plain;
+  plain.block_size = 4;
+  plain.kv_blocks = 40;  // four sequences of ~100 tokens cannot all fit: preemption
+  EngineParams spec = plain;
+  spec.spec = SpecMethod::Ngram;
+  spec.spec_max_batch = 0;
+  const Run a = generate(*model, kPrompts, 64, plain);
+  const Run b = generate(*model, kPrompts, 64, spec);
+  CHECK(b.out == a.out);
+  // Sampling: every request still ends with its token count, reproducibly.
+  const Run s1 = generate(*model, kPrompts, 40, spec, 0.8f);
+  const Run s2 = generate(*model, kPrompts, 40, spec, 0.8f);
+  CHECK(s1.out == s2.out);
+  for (const auto& o : s1.out) CHECK(o.size() == 40);
+  CHECK(s1.spec.drafted > 0);
+}
+
+TEST_CASE("speculative engine: max_tokens, stop strings and the context end are exact", "[spec_engine]") {
+  NEED_MODEL(model);
+  EngineParams plain;
+  EngineParams spec;
+  spec.spec = SpecMethod::Ngram;
+  spec.spec_k = 8;
+  for (int n : {1, 2, 7}) {
+    CAPTURE(n);
+    const Run a = generate(*model, kPrompts, n, plain);
+    const Run b = generate(*model, kPrompts, n, spec);
+    CHECK(b.out == a.out);
+    for (const auto& o : b.out) CHECK(o.size() == static_cast<size_t>(n));
+  }
+  const Run a = generate(*model, kPrompts, 64, plain, 0, {"mat", "Lily"});
+  const Run b = generate(*model, kPrompts, 64, spec, 0, {"mat", "Lily"});
+  CHECK(b.out == a.out);
+  CHECK(b.reasons == a.reasons);
+  // A context that ends mid-draft.
+  plain.n_ctx = 60;
+  spec.n_ctx = 60;
+  const Run c = generate(*model, kPrompts, 200, plain);
+  const Run d = generate(*model, kPrompts, 200, spec);
+  CHECK(d.out == c.out);
+  CHECK(d.reasons == c.reasons);
+}
+
+TEST_CASE("speculative engine: bad speculation parameters are refused", "[spec_engine]") {
+  NEED_MODEL(model);
+  EngineParams ep;
+  ep.spec = SpecMethod::Ngram;
+  ep.spec_k = 0;
+  REQUIRE_THROWS_AS(Engine(*model, ep), Error);
+  ep.spec_k = 33;
+  REQUIRE_THROWS_AS(Engine(*model, ep), Error);
+  ep.spec_k = 4;
+  ep.spec_ngram_min = 3;
+  ep.spec_ngram_max = 2;
+  REQUIRE_THROWS_AS(Engine(*model, ep), Error);
+  ep.spec_ngram_min = 1;
+  ep.spec = static_cast<SpecMethod>(7);
+  REQUIRE_THROWS_AS(Engine(*model, ep), Error);
+}
