@@ -22,6 +22,7 @@
 #include "engine/backends.h"
 #include "engine/engine.h"
 #include "engine/engine_thread.h"
+#include "engine/kv_budget.h"
 #include "engine/metrics.h"
 #include "engine/prompt.h"
 #include "infer/infer.h"
@@ -377,48 +378,14 @@ infer_status infer_engine_create(const infer_model* model, const infer_engine_pa
   INFER_CHECK_ARG(!params || size_ok(params), "infer_engine_create: params->struct_size is wrong");
   return guarded([&] {
     const infer::EngineParams ep = infer::api::to_engine_params(params);
+    // The KV pool must fit what the process can still commit, asked before
+    // allocating it and checked again on the pool the engine made.
     const uint64_t avail = infer::available_memory_bytes();
-    // Before allocating: a pool sized explicitly (kv_blocks, kv_budget_bytes,
-    // host_kv_budget_bytes) that cannot fit is refused without trying to
-    // allocate it (a terabyte request is not something to hand malloc). Sizes
-    // the engine rejects anyway (a block size out of range, more than 2^30
-    // blocks) are left to its own message; the default pool (at most 1 GiB)
-    // is checked after creation, below.
-    if (ep.block_size >= 1 && ep.block_size <= 1024 && !model->model->vocab_only()) {
-      infer::KvLayout l = model->model->kv_layout();
-      l.block_size = ep.block_size;
-      l.type = ep.kv_type;
-      const uint64_t per_block = l.block_bytes();
-      const uint64_t n_blocks = ep.kv_blocks > 0 ? static_cast<uint64_t>(ep.kv_blocks)
-                                : ep.kv_blocks < 0 ? 0
-                                : per_block    ? ep.kv_budget_bytes / per_block
-                                               : 0;
-      const uint64_t n_host = per_block ? ep.host_kv_budget_bytes / per_block : 0;
-      const uint64_t limit = uint64_t{1} << 30;
-      // (n_blocks is 0 for the default pool: a lower bound, with the host tier.)
-      if (per_block && n_blocks <= limit && n_host <= limit && per_block * (n_blocks + n_host) > avail)
-        return fail(INFER_ERR_OUT_OF_MEMORY,
-                    infer::strformat("infer_engine_create: the KV cache would need %llu bytes but this process can "
-                                     "commit only %llu more (MemAvailable and memory cgroup limit): lower "
-                                     "kv_budget_bytes, kv_blocks or host_kv_budget_bytes",
-                                     static_cast<unsigned long long>(per_block * (n_blocks + n_host)),
-                                     static_cast<unsigned long long>(avail)));
-    }
+    infer::check_kv_request(*model->model, ep, avail);
     auto e = std::make_unique<infer_engine>();
     e->model = model;
     e->engine = std::make_unique<infer::Engine>(*model->model, ep);
-    // The KV pool is committed lazily, page by page, as the engine writes it:
-    // a pool the process cannot hold would be created fine and the host
-    // OOM-killed at some later step. Refuse it now, while a status can say so.
-    const infer::KvLayout& kl = e->engine->kv().layout();
-    const uint64_t kv_bytes = static_cast<uint64_t>(kl.block_bytes()) *
-                              (static_cast<uint64_t>(kl.n_blocks) + static_cast<uint64_t>(kl.n_host_blocks));
-    if (kv_bytes > avail)
-      return fail(INFER_ERR_OUT_OF_MEMORY,
-                  infer::strformat("infer_engine_create: the KV cache needs %llu bytes but this process can commit "
-                                   "only %llu more (MemAvailable and memory cgroup limit): lower kv_budget_bytes, "
-                                   "kv_blocks, host_kv_budget_bytes, max_seqs or n_ctx",
-                                   static_cast<unsigned long long>(kv_bytes), static_cast<unsigned long long>(avail)));
+    infer::check_kv_pool(*e->engine, avail);
     *out = e.release();
     return INFER_OK;
   });
