@@ -37,6 +37,17 @@ ASAN_OPTIONS=allocator_may_return_null=1 "$root/build-fuzz/tests/fuzz/fuzz_capi"
   -max_total_time="${INFER_FUZZ_SECONDS:-60}" -max_len=1024 -rss_limit_mb=4096 -timeout=60 \
   -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-capi"
 
+echo "== fuzzing grammars (GBNF, JSON schema) and infer serve's request parser"
+cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_grammar
+half=$(( ${INFER_FUZZ_SECONDS:-60} / 2 ))
+mkdir -p "$root/build-fuzz/corpus-grammar" "$root/build-fuzz/corpus-serve"
+"$root/build-fuzz/tests/fuzz/fuzz_grammar" -max_total_time="$half" -max_len=4096 -rss_limit_mb=2048 -timeout=30 \
+  -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-grammar" "$root/tests/fuzz/corpus-grammar"
+if cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_serve_request 2>/dev/null; then
+  "$root/build-fuzz/tests/fuzz/fuzz_serve_request" -max_total_time="$half" -max_len=4096 -rss_limit_mb=2048 -timeout=30 \
+    -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-serve" "$root/tests/fuzz/corpus-serve"
+fi
+
 echo "== ThreadSanitizer build and the threaded tests"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_TSAN=ON \
   -DINFER_CUDA=OFF -DINFER_BENCH=OFF -DINFER_EXAMPLES=OFF -DINFER_BINDINGS=OFF >/dev/null

@@ -63,7 +63,7 @@ extern "C" {
 /* ---- version ------------------------------------------------------------ */
 
 #define INFER_VERSION_MAJOR 1
-#define INFER_VERSION_MINOR 0
+#define INFER_VERSION_MINOR 1
 #define INFER_VERSION_PATCH 0
 #define INFER_VERSION_NUMBER (INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH)
 
@@ -176,6 +176,12 @@ INFER_API infer_status infer_model_get_info(const infer_model *model, infer_mode
  * receives the size including the terminating NUL. */
 INFER_API infer_status infer_model_meta(const infer_model *model, const char *key, char *buf,
                                         size_t buf_size, size_t *needed);
+/* Number of metadata keys, and the name of key `index` (0 <= index < count)
+ * in file order (NUL-terminated; caller buffer, *needed receives the size
+ * including the NUL; NOT_FOUND past the last). Since 1.1. */
+INFER_API int32_t infer_model_meta_count(const infer_model *model);
+INFER_API infer_status infer_model_meta_key(const infer_model *model, int32_t index, char *buf, size_t buf_size,
+                                            size_t *needed);
 
 typedef struct infer_tensor_info {
   uint32_t struct_size;
@@ -335,6 +341,18 @@ typedef struct infer_request_params {
   uint64_t cache_salt;          /* default 0; cached blocks are shared only between requests
                                    with the same salt (keeps tenants apart) */
   int32_t priority;             /* default 0; higher is admitted first and preempted last */
+  /* Since 1.1: */
+  int32_t logprobs;             /* default -1: off. k in [0, 100]: keep each generated token's
+                                   log-probability and its k most likely alternatives
+                                   (infer_request_logprobs) */
+  const char *grammar;          /* default NULL; a GBNF grammar (rules `name ::= ...`, start rule
+                                   `root`): only text it can derive is generated, token by token,
+                                   and end-of-generation only once the text is complete */
+  const char *json_schema;      /* default NULL; a JSON schema (its JSON text): the output is a JSON
+                                   text that validates against it ("{}": any JSON value,
+                                   {"type": "object"}: any object). At most one of grammar and
+                                   json_schema; an invalid one fails infer_submit with
+                                   INVALID_ARGUMENT and a message that says where */
 } infer_request_params;
 
 INFER_API void infer_request_params_init(infer_request_params *params);
@@ -407,6 +425,37 @@ INFER_API infer_status infer_request_logits(const infer_request *request, const 
                                             size_t *n_rows, size_t *n_vocab);
 /* The error message when finish_reason is INFER_FINISH_ERROR ("" otherwise). */
 INFER_API const char *infer_request_error(const infer_request *request);
+
+/* A token and its log-probability under the model: log-softmax of the raw
+ * logits, before logit bias, penalties, temperature and constraints. */
+typedef struct infer_token_logprob {
+  int32_t token;
+  float logprob; /* -INFINITY for a token the model gives no chance */
+} infer_token_logprob;
+
+/* The log-probabilities of generated token `index` (0: the first), kept when
+ * the request was submitted with logprobs = k >= 0: *chosen (may be NULL)
+ * receives the token generated and its log-probability; `top` receives up to
+ * `capacity` of the k most likely tokens, best first (ties by id), and
+ * *n_top (may be NULL) how many the request keeps (k). Available as soon as
+ * the token is generated (any thread; streaming readers may call it for the
+ * tokens infer_request_next_tokens returned). NOT_FOUND when fewer than
+ * index + 1 tokens were generated; INVALID_ARGUMENT without logprobs.
+ * Since 1.1. */
+INFER_API infer_status infer_request_logprobs(const infer_request *request, size_t index, infer_token_logprob *chosen,
+                                              infer_token_logprob *top, size_t capacity, size_t *n_top);
+
+/* The GBNF grammar that infer_request_params.json_schema stands for
+ * (NUL-terminated; caller buffer, *needed receives the size including the
+ * NUL). INVALID_ARGUMENT with the reason for malformed JSON or a construct
+ * not supported (see lib/sampling/grammar.h for the list). Thread-safe.
+ * Since 1.1. */
+INFER_API infer_status infer_json_schema_to_grammar(const char *json_schema, char *buf, size_t buf_size,
+                                                    size_t *needed);
+
+/* Checks a GBNF grammar without submitting anything: INVALID_ARGUMENT with
+ * the line and the reason when it is malformed. Thread-safe. Since 1.1. */
+INFER_API infer_status infer_grammar_check(const char *grammar);
 
 typedef struct infer_engine_stats {
   uint32_t struct_size;

@@ -27,6 +27,7 @@
 #include "engine/prompt.h"
 #include "infer/infer.h"
 #include "model/model.h"
+#include "sampling/grammar.h"
 
 static_assert(static_cast<int>(infer::Status::BufferTooSmall) == INFER_ERR_BUFFER_TOO_SMALL);
 static_assert(static_cast<int>(infer::Status::Busy) == INFER_ERR_BUSY);
@@ -255,6 +256,20 @@ infer_status infer_model_meta(const infer_model* model, const char* key, char* b
   });
 }
 
+int32_t infer_model_meta_count(const infer_model* model) {
+  return model ? static_cast<int32_t>(model->model->gguf().metadata().size()) : 0;
+}
+
+infer_status infer_model_meta_key(const infer_model* model, int32_t index, char* buf, size_t buf_size, size_t* needed) {
+  INFER_CHECK_ARG(model, "infer_model_meta_key: model must not be NULL");
+  return guarded([&] {
+    const auto& md = model->model->gguf().metadata();
+    if (index < 0 || static_cast<size_t>(index) >= md.size())
+      return fail(INFER_ERR_NOT_FOUND, infer::strformat("no metadata key at index %d (%zu keys)", index, md.size()));
+    return copy_out(md[static_cast<size_t>(index)].first, buf, buf_size, needed);
+  });
+}
+
 int32_t infer_model_tensor_count(const infer_model* model) {
   return model ? static_cast<int32_t>(model->model->gguf().tensors().size()) : 0;
 }
@@ -417,6 +432,7 @@ void infer_request_params_init(infer_request_params* p) {
   p->struct_size = sizeof *p;
   p->add_bos = -1;
   p->max_tokens = 256;
+  p->logprobs = -1;
 }
 
 namespace {
@@ -445,6 +461,21 @@ infer::SamplingParams to_sampling(const infer_sampling_params* sp) {
 
 namespace {
 
+// A grammar bound to the model's vocabulary: every token's bytes (control
+// tokens have none, so they are never allowed) and which tokens end the text.
+std::shared_ptr<const infer::TokenGrammar> token_grammar(const infer::Tokenizer& tok, const std::string& gbnf) {
+  auto tg = std::make_shared<infer::TokenGrammar>();
+  tg->grammar = infer::Grammar::parse(gbnf);
+  const int32_t n = tok.n_vocab();
+  tg->pieces.resize(static_cast<size_t>(n));
+  tg->is_eog.resize(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    tg->is_eog[static_cast<size_t>(i)] = tok.is_eog(i) ? 1 : 0;
+    if (!tok.is_control(i)) tg->pieces[static_cast<size_t>(i)] = tok.token_to_piece(i, false);
+  }
+  return tg;
+}
+
 // Translates and checks caller parameters; the callback closure refers to the
 // handle through a shared state that infer_request_free disarms.
 infer::RequestParams to_request_params(infer_engine* engine, const infer_request_params& p,
@@ -469,6 +500,14 @@ infer::RequestParams to_request_params(infer_engine* engine, const infer_request
   rp.priority = p.priority;
   rp.cache_salt = p.cache_salt;
   if (p.on_token) rp.on_token = token_callback(cb);
+  if (p.logprobs < -1 || p.logprobs > 100)
+    infer::raise(infer::Status::InvalidArgument, "infer_submit: logprobs must be -1 (off) or in [0, 100] (got %d)", p.logprobs);
+  rp.sampling.logprobs = p.logprobs < 0 ? -1 : p.logprobs;
+  if (p.grammar && p.json_schema)
+    infer::raise(infer::Status::InvalidArgument, "infer_submit: give a grammar or a json_schema, not both");
+  if (p.grammar || p.json_schema)
+    rp.sampling.grammar = token_grammar(engine->model->model->tokenizer(),
+                                        p.grammar ? std::string(p.grammar) : infer::json_schema_to_gbnf(p.json_schema));
   return rp;
 }
 
@@ -641,6 +680,38 @@ infer_status infer_request_logits(const infer_request* request, const float** da
   *n_rows = static_cast<size_t>(r.n_logit_rows());
   *n_vocab = r.n_logit_rows() ? r.logits().size() / static_cast<size_t>(r.n_logit_rows()) : 0;
   return INFER_OK;
+}
+
+infer_status infer_request_logprobs(const infer_request* request, size_t index, infer_token_logprob* chosen,
+                                    infer_token_logprob* top, size_t capacity, size_t* n_top) {
+  if (n_top) *n_top = 0;
+  INFER_CHECK_ARG(request && (top || capacity == 0), "infer_request_logprobs: request must not be NULL (and top with a capacity)");
+  return guarded([&] {
+    const int32_t k = request->req->params().sampling.logprobs;
+    if (k < 0) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_request_logprobs: the request was submitted without logprobs");
+    std::lock_guard<std::mutex> lock(request->req->mutex());
+    const auto& all = request->req->logprobs();
+    if (index >= all.size())
+      return fail(INFER_ERR_NOT_FOUND, infer::strformat("infer_request_logprobs: token %zu not generated (%zu so far)", index, all.size()));
+    const infer::TokenLogprobs& lp = all[index];
+    if (chosen) *chosen = {lp.chosen.token, lp.chosen.logprob};
+    for (size_t i = 0; i < capacity && i < lp.top.size(); ++i) top[i] = {lp.top[i].token, lp.top[i].logprob};
+    if (n_top) *n_top = lp.top.size();
+    return INFER_OK;
+  });
+}
+
+infer_status infer_json_schema_to_grammar(const char* json_schema, char* buf, size_t buf_size, size_t* needed) {
+  INFER_CHECK_ARG(json_schema, "infer_json_schema_to_grammar: json_schema must not be NULL");
+  return guarded([&] { return copy_out(infer::json_schema_to_gbnf(json_schema), buf, buf_size, needed); });
+}
+
+infer_status infer_grammar_check(const char* grammar) {
+  INFER_CHECK_ARG(grammar, "infer_grammar_check: grammar must not be NULL");
+  return guarded([&] {
+    infer::Grammar::parse(grammar);
+    return INFER_OK;
+  });
 }
 
 const char* infer_request_error(const infer_request* request) {

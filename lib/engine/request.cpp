@@ -48,6 +48,11 @@ std::string Request::flush_text() {
   return rest;
 }
 
+void Request::add_logprobs(TokenLogprobs&& lp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  logprobs_.push_back(std::move(lp));
+}
+
 void Request::add_logits_row(const float* row, int32_t n_vocab) {
   std::lock_guard<std::mutex> lock(mu_);
   const size_t off = logits_.size();

@@ -76,6 +76,8 @@ class Request {
   const RequestTimes& times() const { return times_; }
   int32_t n_cached() const { return n_cached_; }
   int32_t n_preemptions() const { return n_preemptions_; }
+  // Per generated token, when params().sampling.logprobs >= 0.
+  const std::vector<TokenLogprobs>& logprobs() const { return logprobs_; }
   void request_cancel() { cancel_.store(true, std::memory_order_relaxed); }
   bool cancel_requested() const { return cancel_.load(std::memory_order_relaxed); }
   std::mutex& mutex() const { return mu_; }
@@ -95,6 +97,8 @@ class Request {
   bool accept_token(int32_t token, bool is_eog, bool at_length_limit);
   // Ends the request (the first call wins) and wakes its readers.
   void finish(FinishReason reason, Status status = Status::Ok, std::string message = {});
+  // Stores the log-probabilities of the token about to be accepted.
+  void add_logprobs(TokenLogprobs&& lp);
   // Stores one logits row (as log-probabilities when asked for).
   void add_logits_row(const float* row, int32_t n_vocab);
   // A follower of an n > 1 family starts from its leader's prompt rows.
@@ -117,6 +121,7 @@ class Request {
   std::string held_;             // decoded but held back (possible stop-string start)
   std::vector<float> logits_;
   int64_t n_logit_rows_ = 0;
+  std::vector<TokenLogprobs> logprobs_;
   int32_t n_cached_ = 0;         // prompt tokens found in the prefix cache (first admission)
   int32_t n_preemptions_ = 0;
 

@@ -20,7 +20,12 @@ class Sequence {
 
  public:
   Sequence(std::shared_ptr<Request> request, int32_t n_vocab)
-      : request_(std::move(request)), sampler(request_->params().sampling, n_vocab) {}
+      : request_(std::move(request)), sampler(request_->params().sampling, n_vocab) {
+    // The sampler reports each drawn token's log-probabilities (when asked
+    // for) just before the engine accepts the token into this request.
+    if (request_->params().sampling.logprobs >= 0)
+      sampler.set_logprobs_sink([r = request_.get()](TokenLogprobs&& lp) { r->add_logprobs(std::move(lp)); });
+  }
 
   Request& request() { return *request_; }
   const Request& request() const { return *request_; }

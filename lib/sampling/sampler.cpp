@@ -1,5 +1,6 @@
 // The sampler chain and stop strings. See sampler.h for the order of the steps.
 #include "sampling/sampler.h"
+#include "sampling/grammar.h"
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +33,7 @@ void SamplingParams::validate(int32_t n_vocab) const {
           static_cast<double>(presence_penalty));
   if (penalty_last_n < -1)
     raise(Status::InvalidArgument, "sampling: penalty_last_n must be >= -1 (got %d)", penalty_last_n);
+  if (logprobs > 100) raise(Status::InvalidArgument, "sampling: logprobs must be at most 100 (got %d)", logprobs);
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0 || id >= n_vocab)
       raise(Status::InvalidArgument, "sampling: logit_bias token id %d is outside [0, %d)", id, n_vocab);
@@ -216,6 +218,35 @@ void min_p_filter(std::vector<TokenCandidate>& cand, float min_p) {
 Sampler::Sampler(SamplingParams params, int32_t n_vocab)
     : params_(std::move(params)), n_vocab_(n_vocab), rng_(params_.seed) {
   params_.validate(n_vocab_);
+  if (params_.grammar) {
+    if (!params_.grammar->grammar || params_.grammar->pieces.size() != static_cast<size_t>(n_vocab_) ||
+        params_.grammar->is_eog.size() != static_cast<size_t>(n_vocab_))
+      raise(Status::InvalidArgument, "sampling: the grammar is bound to a vocabulary of another size");
+    matcher_ = std::make_unique<GrammarMatcher>(params_.grammar->grammar);
+  }
+}
+
+Sampler::~Sampler() = default;
+Sampler::Sampler(Sampler&&) noexcept = default;
+Sampler& Sampler::operator=(Sampler&&) noexcept = default;
+
+// Bans every token that cannot continue the text under the grammar.
+void Sampler::apply_grammar(std::vector<float>& logits) const {
+  const TokenGrammar& tg = *params_.grammar;
+  const bool can_end = matcher_->can_end();
+  const bool must_end = matcher_->must_end();
+  bool any = false;
+  for (int32_t i = 0; i < n_vocab_; ++i) {
+    float& l = logits[static_cast<size_t>(i)];
+    if (!(l > -INFINITY)) continue;
+    bool ok;
+    if (tg.is_eog[static_cast<size_t>(i)]) ok = can_end;
+    else if (must_end || tg.pieces[static_cast<size_t>(i)].empty()) ok = false;
+    else ok = matcher_->accepts(tg.pieces[static_cast<size_t>(i)]);
+    if (ok) any = true;
+    else l = -INFINITY;
+  }
+  if (!any) raise(Status::InvalidArgument, "sampling: no token can continue the text under the grammar");
 }
 
 const std::vector<TokenCandidate>& Sampler::distribution(std::vector<float>& logits,
@@ -225,6 +256,7 @@ const std::vector<TokenCandidate>& Sampler::distribution(std::vector<float>& log
 
   sampling::apply_logit_bias(logits, params_.logit_bias);
   sampling::apply_penalties(logits, history, params_, &window_);
+  if (matcher_) apply_grammar(logits);
 
   if (params_.temperature <= 0.0f) {
     cand_.assign(1, TokenCandidate(1.0f, sampling::argmax_token(logits)));
@@ -248,22 +280,60 @@ const std::vector<TokenCandidate>& Sampler::distribution(std::vector<float>& log
 }
 
 int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& history) {
+  if (params_.logprobs >= 0 && logits.size() == static_cast<size_t>(n_vocab_)) raw_.assign(logits.begin(), logits.end());
   const auto& cand = distribution(logits, history);
-  if (cand.size() == 1) return cand[0].second;  // greedy, or one survivor: no draw
-
-  // u uniform in [0, 1) from the top 53 bits: mt19937_64 is fully specified by
-  // the standard, so the same seed gives the same tokens on every platform
-  // (std::uniform_real_distribution is implementation-defined).
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-  double total = 0.0;
-  for (const auto& c : cand) total += c.first;
-  const double target = u * total;
-  double cum = 0.0;
-  for (const auto& c : cand) {
-    cum += c.first;
-    if (target < cum) return c.second;
+  int32_t t;
+  if (cand.size() == 1) {
+    t = cand[0].second;  // greedy, or one survivor: no draw
+  } else {
+    // u uniform in [0, 1) from the top 53 bits: mt19937_64 is fully specified by
+    // the standard, so the same seed gives the same tokens on every platform
+    // (std::uniform_real_distribution is implementation-defined).
+    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    double total = 0.0;
+    for (const auto& c : cand) total += c.first;
+    const double target = u * total;
+    double cum = 0.0;
+    t = cand.back().second;  // rounding: u * total landed on the very end
+    for (const auto& c : cand) {
+      cum += c.first;
+      if (target < cum) {
+        t = c.second;
+        break;
+      }
+    }
   }
-  return cand.back().second;  // rounding: u * total landed on the very end
+  if (matcher_ && !params_.grammar->is_eog[static_cast<size_t>(t)])
+    matcher_->advance(params_.grammar->pieces[static_cast<size_t>(t)]);
+  if (params_.logprobs >= 0 && logprobs_sink_) logprobs_sink_(logprobs_of(raw_, t, params_.logprobs));
+  return t;
+}
+
+TokenLogprobs logprobs_of(const std::vector<float>& logits, int32_t token, int32_t k) {
+  TokenLogprobs out;
+  float mx = -INFINITY;
+  for (float l : logits)
+    if (l > mx) mx = l;
+  double sum = 0.0;
+  for (float l : logits)
+    if (l > -INFINITY) sum += std::exp(static_cast<double>(l - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  auto lp = [&](int32_t i) {
+    const float l = logits[static_cast<size_t>(i)];
+    return l > -INFINITY ? l - lse : -INFINITY;
+  };
+  out.chosen = {token, lp(token)};
+  const size_t n = std::min(static_cast<size_t>(std::max(k, 0)), logits.size());
+  if (n > 0) {
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(), [&](int32_t a, int32_t b) {
+      const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+      return la > lb || (la == lb && a < b);
+    });
+    for (size_t i = 0; i < n; ++i) out.top.push_back({ids[i], lp(ids[i])});
+  }
+  return out;
 }
 
 // ---- stop strings ----------------------------------------------------------------------

@@ -8,12 +8,37 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace infer {
+
+class Grammar;
+class GrammarMatcher;
+
+// A grammar bound to a vocabulary: what constrained sampling needs to test
+// a token (the bytes it stands for) and to know which tokens end the text.
+struct TokenGrammar {
+  std::shared_ptr<const Grammar> grammar;
+  std::vector<std::string> pieces;  // per token id; empty: never allowed (control tokens)
+  std::vector<uint8_t> is_eog;      // per token id: ends generation (allowed when the grammar is complete)
+};
+
+// A generated token's log-probability under the model (log-softmax of the
+// raw logits, before bias, penalties, temperature or constraints) and the
+// most likely alternatives, best first.
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;
+};
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;
+};
 
 struct SamplingParams {
   float temperature = 0.8f;     // <= 0: greedy (argmax, lowest id on ties)
@@ -26,6 +51,13 @@ struct SamplingParams {
   int32_t penalty_last_n = 64;     // window for penalties; 0 off, -1 all
   uint64_t seed = 0;
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to logits; -inf bans
+  // < 0: off; k in [0, 100]: report each drawn token's log-probability and
+  // its k most likely alternatives (Sampler::set_logprobs_sink).
+  int32_t logprobs = -1;
+  // Constrained sampling: only tokens that keep the text a prefix of a
+  // sentence of the grammar are drawn; end-of-generation tokens only once it
+  // is complete. Each Sampler keeps its own match state.
+  std::shared_ptr<const TokenGrammar> grammar;
 
   // Error(InvalidArgument) naming the field for impossible values: NaN or
   // infinite temperature / penalties, top_p outside (0, 1], min_p outside
@@ -57,8 +89,20 @@ class Sampler {
   const SamplingParams& params() const { return params_; }
   int32_t n_vocab() const { return n_vocab_; }
 
+  // Where each drawn token's log-probabilities go (params.logprobs >= 0),
+  // called by sample() before it returns.
+  void set_logprobs_sink(std::function<void(TokenLogprobs&&)> sink) { logprobs_sink_ = std::move(sink); }
+
+  ~Sampler();
+  Sampler(Sampler&&) noexcept;
+  Sampler& operator=(Sampler&&) noexcept;
+
  private:
+  void apply_grammar(std::vector<float>& logits) const;
   SamplingParams params_;
+  std::unique_ptr<GrammarMatcher> matcher_;
+  std::function<void(TokenLogprobs&&)> logprobs_sink_;
+  std::vector<float> raw_;  // scratch: the logits before the chain, for log-probabilities
   int32_t n_vocab_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  // scratch
@@ -109,6 +153,10 @@ void top_p_filter(std::vector<TokenCandidate>& cand, float top_p);
 void min_p_filter(std::vector<TokenCandidate>& cand, float min_p);
 
 }  // namespace sampling
+
+// The log-probabilities of `token` and of the k most likely tokens (best
+// first, ties by id) under log-softmax(logits).
+TokenLogprobs logprobs_of(const std::vector<float>& logits, int32_t token, int32_t k);
 
 // Stop strings: finds the earliest match of any stop string in generated text.
 // Also reports how many trailing bytes could still be the start of a stop
