@@ -65,7 +65,7 @@ done
 # its table); shared groups live in cli.h and are
 # checked through the commands that use them (the parser refuses to read a
 # flag its table lacks: Args::key throws).
-for f in "$SRC"/examples/cli/cmd_*.cpp; do
+for f in "$SRC"/examples/cli/cmd_*.cpp "$SRC"/examples/server/*.cpp; do
   # Chunks start at each flag table's definition; Register lines map each
   # command to its table.
   awk -v out="$TMP/tab" '

@@ -473,5 +473,23 @@ else
   fail "chat --template foo" "$(said)"
 fi
 
+run_cli info -m "$MODEL" --all --json
+verify "info --all --json lists every metadata key" keys "$OUT" metadata
+if [ "$RC" -eq 0 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); m=d["metadata"]; sys.exit(0 if "general.architecture" in m and "tokenizer.ggml.model" in m and len(m) > 10 else 1)' "$OUT"; then
+  pass "info --all: general.architecture, tokenizer.ggml.model and more"
+else
+  fail "info --all" "$(head -c 500 "$OUT")"
+fi
+printf '{"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}}, "required": ["n", "ok"]}' >"$TMP/schema.json"
+run_cli run -m "$MODEL" -p "Once upon a time" --json-schema "$TMP/schema.json" --temp 1 --seed 5 -n 100 --json
+if [ "$RC" -eq 0 ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); v=json.loads(d["text"]); sys.exit(0 if isinstance(v["n"], int) and isinstance(v["ok"], bool) and d["finish_reason"] == "stop" else 1)' "$OUT"; then
+  pass "run --json-schema: the text is JSON of the schema"
+else
+  fail "run --json-schema" "$(said; head -c 500 "$OUT")"
+fi
+printf 'root ::= undefined-rule\n' >"$TMP/bad.gbnf"
+run_cli run -m "$TMP/no-such-model.gguf" --grammar "$TMP/bad.gbnf"
+if [ "$RC" -eq 2 ] && grep -q "undefined-rule" "$ERR"; then pass "run --grammar: a bad grammar is refused before the model loads"; else fail "run --grammar bad" "$(said)"; fi
+
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

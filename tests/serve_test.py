@@ -192,6 +192,40 @@ try:
                                                "tools": [], "parallel_tool_calls": False, "user": "u"})
     check("chat: unknown fields are ignored", st == 200, c6)
 
+    # ---- logprobs and constrained output ----
+    st, r = srv.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "logprobs": 2})
+    lp = r["choices"][0]["logprobs"] if st == 200 else None
+    check("completions logprobs: the legacy shape (tokens, token_logprobs, top_logprobs, text_offset)",
+          lp and len(lp["tokens"]) == 6 and "".join(lp["tokens"]) == r["choices"][0]["text"]
+          and all(len(t) == 2 for t in lp["top_logprobs"]) and all(x <= 0 for x in lp["token_logprobs"])
+          and lp["text_offset"][0] == 0, r)
+    st, ev, done, _ = srv.stream("/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0, "stream": True,
+                                                         "logprobs": True, "top_logprobs": 1})
+    entries = [x for e in ev for ch in e["choices"] if ch.get("logprobs") for x in ch["logprobs"]["content"]]
+    st2, nc = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 8, "temperature": 0, "logprobs": True, "top_logprobs": 1})
+    check("stream chat logprobs: every token once, the same as non-streamed",
+          done and st2 == 200 and entries == nc["choices"][0]["logprobs"]["content"] and len(entries) == nc["usage"]["completion_tokens"],
+          (entries[:2], nc["choices"][0]["logprobs"]["content"][:2] if st2 == 200 else nc))
+    schema = {"type": "object", "properties": {"hero": {"type": "string", "maxLength": 10}, "age": {"type": "integer"},
+                                               "brave": {"type": "boolean"}}, "required": ["hero", "age", "brave"]}
+    outs = []
+    for seed in range(3):
+        st, r = srv.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 150, "seed": seed,
+                                                  "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+        try:
+            v = json.loads(r["choices"][0]["message"]["content"])
+            outs.append(list(v) == ["hero", "age", "brave"] and isinstance(v["hero"], str) and len(v["hero"]) <= 10
+                        and isinstance(v["age"], int) and isinstance(v["brave"], bool) and r["choices"][0]["finish_reason"] == "stop")
+        except (ValueError, KeyError, TypeError):
+            outs.append(False)
+    check("response_format json_schema: 3 samples parse and validate, properties in order", all(outs), outs)
+    st, r = srv.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 10, "grammar": 'root ::= " " ("yes" | "no") "!"'})
+    check("grammar (extension): the output follows it", st == 200 and r["choices"][0]["text"].strip() in ("yes!", "no!"), r)
+    st, d = srv.post("/v1/chat/completions", {"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "tuple"}}}})
+    check("an unsupported schema is a 400 naming response_format", st == 400 and is_error_body(d) and d["error"]["param"] == "response_format", d)
+    st, d = srv.post("/v1/completions", {"prompt": "x", "grammar": "root ::= nothing"})
+    check("a bad grammar is a 400 naming it", st == 400 and is_error_body(d) and d["error"]["param"] == "grammar" and "nothing" in d["error"]["message"], d)
+
     # ---- streaming ----
     st, ev, done, resp = srv.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0,
                                                         "stream": True, "stream_options": {"include_usage": True}})

@@ -6,8 +6,28 @@ namespace {
 // ---- info ----
 
 const FlagTable kInfoFlags = kModelFlags + FlagTable{
+    {"--all", nullptr, nullptr, "also every metadata key and its value (long arrays shortened)"},
     {"--json", nullptr, nullptr, "one JSON object on stdout"},
 };
+
+// Every metadata key with its value as infer_model_meta renders it.
+std::vector<std::pair<std::string, std::string>> all_metadata(infer_model* m) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const int32_t n = infer_model_meta_count(m);
+  for (int32_t i = 0; i < n; ++i) {
+    size_t need = 0;
+    infer_model_meta_key(m, i, nullptr, 0, &need);
+    std::string key(need, '\0');
+    check(infer_model_meta_key(m, i, key.data(), key.size(), &need), "reading metadata keys");
+    key.resize(need ? need - 1 : 0);
+    infer_model_meta(m, key.c_str(), nullptr, 0, &need);
+    std::string v(need, '\0');
+    check(infer_model_meta(m, key.c_str(), v.data(), v.size(), &need), "reading metadata");
+    v.resize(need ? need - 1 : 0);
+    out.emplace_back(key, v);
+  }
+  return out;
+}
 
 int cmd_info(int argc, char** argv) {
   Args a(argc, argv, 2, kInfoFlags);
@@ -25,17 +45,27 @@ int cmd_info(int argc, char** argv) {
     check(infer_model_tensor(model.m, i, &ti), "reading tensor info");
     types[ti.type]++;
   }
+  std::string meta_json;
+  if (a.flag("--all") && a.flag("--json")) {
+    meta_json = ", \"metadata\": {";
+    bool first = true;
+    for (const auto& [k, v] : all_metadata(model.m)) {
+      meta_json += std::string(first ? "" : ", ") + "\"" + json_escape(k) + "\": \"" + json_escape(v) + "\"";
+      first = false;
+    }
+    meta_json += "}";
+  }
   if (a.flag("--json")) {
     std::string t;
     for (auto& [k, v] : types) t += (t.empty() ? "" : ", ") + std::string("\"") + k + "\": " + std::to_string(v);
     std::printf("{\"architecture\": \"%s\", \"name\": \"%s\", \"n_vocab\": %d, \"n_ctx_train\": %d, \"n_embd\": %d, "
                 "\"n_layer\": %d, \"n_head\": %d, \"n_head_kv\": %d, \"n_ff\": %d, \"n_rot\": %d, \"rope_freq_base\": %s, "
                 "\"rms_norm_eps\": %s, \"n_params\": %llu, \"n_bytes\": %llu, \"n_tensors\": %d, \"tensor_types\": {%s}, "
-                "\"tokenizer\": \"%s\", \"bos_token\": %d, \"eos_token\": %d}\n",
+                "\"tokenizer\": \"%s\", \"bos_token\": %d, \"eos_token\": %d%s}\n",
                 json_escape(in.architecture).c_str(), json_escape(in.name).c_str(), in.n_vocab, in.n_ctx_train,
                 in.n_embd, in.n_layer, in.n_head, in.n_head_kv, in.n_ff, in.n_rot, num(in.rope_freq_base).c_str(),
                 num(in.rms_norm_eps).c_str(), (unsigned long long)in.n_params, (unsigned long long)in.n_bytes,
-                in.n_tensors, t.c_str(), json_escape(in.tokenizer).c_str(), in.bos_token, in.eos_token);
+                in.n_tensors, t.c_str(), json_escape(in.tokenizer).c_str(), in.bos_token, in.eos_token, meta_json.c_str());
   } else {
     std::printf("architecture:   %s\nname:           %s\nparameters:     %llu (%.2f MiB in %d tensors)\n",
                 in.architecture, in.name, (unsigned long long)in.n_params, in.n_bytes / 1048576.0, in.n_tensors);
@@ -47,6 +77,15 @@ int cmd_info(int argc, char** argv) {
                 in.bos_token, in.eos_token);
     for (auto& [k, v] : types) std::printf(" %s x%d", k.c_str(), v);
     std::printf("\n");
+    if (a.flag("--all")) {
+      std::printf("metadata:\n");
+      for (const auto& [k, v] : all_metadata(model.m)) {
+        std::string shown = v.size() > 200 ? v.substr(0, 200) + "... (" + std::to_string(v.size()) + " bytes)" : v;
+        for (char& c : shown)
+          if (c == '\n') c = ' ';
+        std::printf("  %-40s %s\n", k.c_str(), shown.c_str());
+      }
+    }
   }
   return 0;
 }
@@ -159,7 +198,7 @@ int cmd_detokenize(int argc, char** argv) {
   return 0;
 }
 
-const Register kInfo{{"info", "describe a model", "infer info [-m MODEL] [--json]", &kInfoFlags, nullptr, cmd_info}};
+const Register kInfo{{"info", "describe a model", "infer info [-m MODEL] [--all] [--json]", &kInfoFlags, nullptr, cmd_info}};
 const Register kTokenize{{"tokenize", "text to token ids", "infer tokenize [-m MODEL] (-p TEXT | -f FILE) [options]",
                           &kTokenizeFlags, nullptr, cmd_tokenize}};
 const Register kDetokenize{{"detokenize", "token ids to text", "infer detokenize [-m MODEL] (ID... | -f FILE) [--special]",

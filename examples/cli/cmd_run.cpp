@@ -15,6 +15,8 @@ const FlagTable kRunFlags = kModelFlags + FlagTable{
     {"--ignore-eos", nullptr, nullptr, "keep generating after the end-of-text token"},
     {"--no-bos", nullptr, nullptr, "do not add the BOS token to a text prompt"},
     {"--special", nullptr, nullptr, "parse special-token text such as <s> in the prompt"},
+    {"--grammar", "FILE", nullptr, "constrain the output to a GBNF grammar (start rule root)"},
+    {"--json-schema", "FILE", nullptr, "constrain the output to JSON that validates against this JSON schema"},
 } + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + FlagTable{
     {"--dump-logits", "OUT.f32", nullptr, "write every position's logits row (float32 x n_vocab) to OUT.f32"},
     {"--json", nullptr, nullptr, "print one JSON object (text and statistics) on stdout instead of streaming"},
@@ -63,6 +65,15 @@ int cmd_run(int argc, char** argv) {
   } else {
     prompt = a.has("--file") ? read_file(a.get("--file")) : a.get("--prompt", "");
   }
+  if (a.has("--grammar") && a.has("--json-schema")) throw UsageError{"give only one of --grammar and --json-schema"};
+  const std::string grammar = a.has("--grammar") ? read_file(a.get("--grammar")) : "";
+  const std::string schema = a.has("--json-schema") ? read_file(a.get("--json-schema")) : "";
+  if (a.has("--grammar") && infer_grammar_check(grammar.c_str()) != INFER_OK)
+    throw UsageError{std::string("--grammar: ") + infer_last_error()};
+  if (a.has("--json-schema")) {
+    const infer_status st = infer_json_schema_to_grammar(schema.c_str(), nullptr, 0, nullptr);
+    if (st != INFER_OK && st != INFER_ERR_BUFFER_TOO_SMALL) throw UsageError{std::string("--json-schema: ") + infer_last_error()};
+  }
 
   Model model(model_path(a), backend_flag(a));
   Engine engine(model.m, ep);
@@ -78,6 +89,8 @@ int cmd_run(int argc, char** argv) {
   rp.add_bos = a.flag("--no-bos") ? 0 : -1;
   rp.parse_special = a.flag("--special") ? 1 : 0;
   rp.ignore_eos = a.flag("--ignore-eos") ? 1 : 0;
+  if (a.has("--grammar")) rp.grammar = grammar.c_str();
+  if (a.has("--json-schema")) rp.json_schema = schema.c_str();
   if (!prompt_tokens.empty()) {
     rp.prompt_tokens = prompt_tokens.data();
     rp.n_prompt_tokens = prompt_tokens.size();

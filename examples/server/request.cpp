@@ -8,7 +8,8 @@
 namespace serve {
 namespace {
 
-using nlohmann::json;
+// ordered: a JSON schema keeps its properties in the order the client wrote them.
+using json = nlohmann::ordered_json;
 
 struct Fail {
   RequestError e;

@@ -171,6 +171,8 @@ struct Choice {
   std::string text;
   bool done = false;
   bool started = false;  // streaming: the role delta was sent
+  size_t lp_sent = 0;    // tokens whose log-probabilities were sent
+  size_t text_sent = 0;  // bytes of text sent (completions' text_offset)
   infer_request_stats stats{};
 };
 
@@ -238,6 +240,59 @@ PumpEnd pump(Job& job, Emit&& emit) {
       return PumpEnd::Timeout;
     }
   }
+}
+
+// ---- log-probabilities in the OpenAI shapes ----
+
+double json_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+
+std::string token_text(const Server& srv, int32_t id) {
+  char buf[256];
+  size_t n = 0;
+  if (infer_token_piece(srv.model, id, buf, sizeof buf, &n) != INFER_OK) return "";
+  return std::string(buf, std::min(n, sizeof buf));
+}
+
+json token_bytes(const std::string& t) {
+  json b = json::array();
+  for (unsigned char c : t) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// The log-probabilities of tokens [from, ...) of a choice that are known so
+// far; advances `from`. Chat: entries of logprobs.content.
+json chat_logprobs(const Server& srv, const Choice& c, size_t& from, int32_t k) {
+  json out = json::array();
+  std::vector<infer_token_logprob> top(static_cast<size_t>(std::max(k, 0)));
+  for (;; ++from) {
+    infer_token_logprob chosen{};
+    size_t n = 0;
+    if (infer_request_logprobs(c.req, from, &chosen, top.data(), top.size(), &n) != INFER_OK) break;
+    const std::string t = token_text(srv, chosen.token);
+    json alts = json::array();
+    for (size_t i = 0; i < std::min(n, top.size()); ++i) {
+      const std::string at = token_text(srv, top[i].token);
+      alts.push_back({{"token", at}, {"logprob", json_logprob(top[i].logprob)}, {"bytes", token_bytes(at)}});
+    }
+    out.push_back({{"token", t}, {"logprob", json_logprob(chosen.logprob)}, {"bytes", token_bytes(t)}, {"top_logprobs", alts}});
+  }
+  return out;
+}
+
+// The legacy completions shape: tokens, token_logprobs, top_logprobs (maps),
+// text_offset.
+json completion_logprobs(const Server& srv, const Choice& c, size_t& from, int32_t k, size_t text_offset) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  for (const json& e : chat_logprobs(srv, c, from, k)) {
+    tokens.push_back(e["token"]);
+    lps.push_back(e["logprob"]);
+    json m = json::object();
+    for (const json& a : e["top_logprobs"]) m[a["token"].get<std::string>()] = a["logprob"];
+    tops.push_back(m);
+    offs.push_back(text_offset);
+    text_offset += e["token"].get<std::string>().size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
 }
 
 const char* finish_reason(const infer_request_stats& s) {
@@ -317,11 +372,20 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
   serve::CompletionRequest& rq = job->rq;
   job->id = random_id(ep == serve::Endpoint::Chat ? "chatcmpl-" : "cmpl-");
   job->created = static_cast<int64_t>(std::time(nullptr));
-  if (!rq.grammar.empty() || rq.response_format != serve::ResponseFormat::Text)
-    return send_error(res, 400, "constrained output (response_format json_object/json_schema, grammar) is not available in this build",
-                      "invalid_request_error", "unsupported", rq.grammar.empty() ? "response_format" : "grammar");
-  if (rq.logprobs)
-    return send_error(res, 400, "logprobs are not available in this build", "invalid_request_error", "unsupported", "logprobs");
+  // Constrained output: the library matches a grammar token by token.
+  std::string schema;
+  if (rq.response_format == serve::ResponseFormat::JsonObject) schema = R"({"type": "object"})";
+  else if (rq.response_format == serve::ResponseFormat::JsonSchema) schema = rq.json_schema;
+  const char* constraint_param = !rq.grammar.empty() ? "grammar" : !schema.empty() ? "response_format" : nullptr;
+  if (!schema.empty()) {
+    // Checked (and converted) once here, so that a bad schema is a 400 naming it.
+    size_t need = 0;
+    const infer_status st = infer_json_schema_to_grammar(schema.c_str(), nullptr, 0, &need);
+    if (st != INFER_OK && st != INFER_ERR_BUFFER_TOO_SMALL)
+      return send_error(res, 400, infer_last_error(), "invalid_request_error", "invalid_schema", "response_format");
+  } else if (!rq.grammar.empty() && infer_grammar_check(rq.grammar.c_str()) != INFER_OK) {
+    return send_error(res, 400, infer_last_error(), "invalid_request_error", "invalid_grammar", "grammar");
+  }
 
   // Prompts: the rendered conversation, or the given texts / token ids.
   int32_t add_bos = -1, special = 0;
@@ -398,10 +462,17 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
     rp.stop = stop_ptrs.empty() ? nullptr : stop_ptrs.data();
     rp.n_stop = stop_ptrs.size();
     rp.ignore_eos = rq.ignore_eos ? 1 : 0;
+    rp.logprobs = rq.logprobs ? rq.top_logprobs : -1;
+    if (!rq.grammar.empty()) rp.grammar = rq.grammar.c_str();
+    if (!schema.empty()) rp.json_schema = schema.c_str();
     std::vector<infer_request*> handles(static_cast<size_t>(rq.n), nullptr);
     const infer_status st = rq.n == 1 ? infer_submit(srv.engine, &rp, handles.data())
                                       : infer_submit_n(srv.engine, &rp, rq.n, handles.data());
-    if (st != INFER_OK) return send_status_error(res, st, "submitting the request");
+    if (st != INFER_OK) {
+      if (st == INFER_ERR_INVALID_ARGUMENT && constraint_param)
+        return send_error(res, 400, infer_last_error(), "invalid_request_error", "invalid_value", constraint_param);
+      return send_status_error(res, st, "submitting the request");
+    }
     for (int32_t i = 0; i < rq.n; ++i) {
       Choice c;
       c.req = handles[static_cast<size_t>(i)];
@@ -436,14 +507,17 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
     }
     json choices = json::array();
     for (const Choice& c : job->choices) {
+      size_t from = 0;
       if (ep == serve::Endpoint::Chat) {
+        json lp = rq.logprobs ? json{{"content", chat_logprobs(srv, c, from, rq.top_logprobs)}, {"refusal", nullptr}} : json(nullptr);
         choices.push_back({{"index", c.index},
-                           {"message", {{"role", "assistant"}, {"content", c.text}}},
-                           {"logprobs", nullptr},
+                           {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
+                           {"logprobs", lp},
                            {"finish_reason", finish_reason(c.stats)}});
       } else {
-        const std::string text = rq.echo ? job->prompt_texts[c.prompt_index] + c.text : c.text;
-        choices.push_back({{"index", c.index}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c.stats)}});
+        const std::string prefix = rq.echo ? job->prompt_texts[c.prompt_index] : "";
+        json lp = rq.logprobs ? completion_logprobs(srv, c, from, rq.top_logprobs, prefix.size()) : json(nullptr);
+        choices.push_back({{"index", c.index}, {"text", prefix + c.text}, {"logprobs", lp}, {"finish_reason", finish_reason(c.stats)}});
       }
     }
     json out = {{"id", job->id},
@@ -493,8 +567,14 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
               return false;
           }
           if (!delta.empty()) {
-            json ch = chat ? json{{"index", c.index}, {"delta", {{"content", delta}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}}
-                           : json{{"index", c.index}, {"text", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+            json lp = nullptr;
+            if (job->rq.logprobs) {
+              if (chat) lp = {{"content", chat_logprobs(srv, c, c.lp_sent, job->rq.top_logprobs)}, {"refusal", nullptr}};
+              else lp = completion_logprobs(srv, c, c.lp_sent, job->rq.top_logprobs, c.text_sent);
+            }
+            c.text_sent += delta.size();
+            json ch = chat ? json{{"index", c.index}, {"delta", {{"content", delta}}}, {"logprobs", lp}, {"finish_reason", nullptr}}
+                           : json{{"index", c.index}, {"text", delta}, {"logprobs", lp}, {"finish_reason", nullptr}};
             if (!chunk(ch)) return false;
           }
           if (fin) {
@@ -509,8 +589,13 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
               const std::string s = "data: " + serve::error_body(e) + "\n\n";
               return sink.write(s.data(), s.size());
             }
-            json ch = chat ? json{{"index", c.index}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c.stats)}}
-                           : json{{"index", c.index}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason(c.stats)}};
+            json lp = nullptr;  // tokens not covered by a text delta (held back, or a stop string)
+            if (job->rq.logprobs) {
+              if (chat) lp = {{"content", chat_logprobs(srv, c, c.lp_sent, job->rq.top_logprobs)}, {"refusal", nullptr}};
+              else lp = completion_logprobs(srv, c, c.lp_sent, job->rq.top_logprobs, c.text_sent);
+            }
+            json ch = chat ? json{{"index", c.index}, {"delta", json::object()}, {"logprobs", lp}, {"finish_reason", finish_reason(c.stats)}}
+                           : json{{"index", c.index}, {"text", ""}, {"logprobs", lp}, {"finish_reason", finish_reason(c.stats)}};
             return chunk(ch);
           }
           return true;

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""A bounded load test of `infer serve` on loopback.
+
+    serve_load_test.py PATH_TO_INFER [--clients C] [--seconds T] [--prompt-len P] [--output-len O] [--json]
+
+C streaming clients send requests back to back for T seconds (prompts of P
+random token ids after BOS, O tokens each with ignore_eos). Checks: every
+request completes with [DONE] and exactly O tokens or fails cleanly with an
+error body (none is lost); the server's resident memory stays flat between
+the first and the last third of the run; and the generated tokens per second
+compare with `infer bench-serve` at the same concurrency (--max-seqs C,
+--rate 0, same lengths). The ratio must be at least $INFER_LOAD_MIN_RATIO
+(default 0.5: CI machines are shared; bench/RESULTS.md records measured
+ratios). Prints SKIPPED: without ../shared's stories260K.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("infer")
+ap.add_argument("--clients", type=int, default=8)
+ap.add_argument("--seconds", type=float, default=15)
+ap.add_argument("--prompt-len", type=int, default=32)
+ap.add_argument("--output-len", type=int, default=64)
+ap.add_argument("--model", default=None)
+ap.add_argument("--threads", type=int, default=0)
+ap.add_argument("--json", action="store_true")
+args = ap.parse_args()
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.environ.get("INFER_SHARED_DIR") or os.path.join(HERE, "..", "..", "shared")
+MODEL = args.model or os.path.join(SHARED, "models", "stories260K.gguf")
+if not os.path.isfile(MODEL):
+    print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
+    sys.exit(77)
+min_ratio = float(os.environ.get("INFER_LOAD_MIN_RATIO", "0.5"))
+
+proc = subprocess.Popen([args.infer, "serve", "-m", MODEL, "--port", "0", "--max-seqs", str(args.clients),
+                         "-t", str(args.threads), "--max-connections", str(args.clients + 8)],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+port = None
+log = []
+for line in proc.stderr:
+    log.append(line)
+    m = re.search(r"listening on http://[^:]+:(\d+)", line)
+    if m:
+        port = int(m.group(1))
+    if "ready:" in line:
+        break
+if port is None or proc.poll() is not None:
+    print("FAIL - the server did not start:", "".join(log))
+    sys.exit(1)
+threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+
+
+def rss_kb():
+    with open(f"/proc/{proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+lock = threading.Lock()
+stats = {"ok": 0, "failed_clean": 0, "lost": [], "tokens": 0, "ttft": []}
+stop_at = time.time() + args.seconds
+rss_samples = []
+
+
+def client(cid):
+    rng = random.Random(cid)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    while time.time() < stop_at:
+        prompt = [1] + [rng.randrange(3, 512) for _ in range(args.prompt_len - 1)]
+        body = json.dumps({"prompt": prompt, "max_tokens": args.output_len, "ignore_eos": True, "temperature": 0,
+                           "stream": True, "stream_options": {"include_usage": True}})
+        t0 = time.time()
+        try:
+            conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            first = None
+            done = False
+            usage = None
+            buf = b""
+            while True:
+                chunk = r.read1(65536) if hasattr(r, "read1") else r.read(65536)
+                if not chunk:
+                    break
+                if first is None:
+                    first = time.time()
+                buf += chunk
+            for block in buf.decode("utf-8", "replace").split("\n\n"):
+                block = block.strip()
+                if block == "data: [DONE]":
+                    done = True
+                elif block.startswith("data: "):
+                    ev = json.loads(block[6:])
+                    if ev.get("usage"):
+                        usage = ev["usage"]
+            with lock:
+                if r.status == 200 and done and usage and usage["completion_tokens"] == args.output_len:
+                    stats["ok"] += 1
+                    stats["tokens"] += usage["completion_tokens"]
+                elif r.status >= 400 and "error" in buf.decode("utf-8", "replace"):
+                    stats["failed_clean"] += 1
+                else:
+                    stats["lost"].append((r.status, done, usage, buf[-200:]))
+        except Exception as e:  # a dropped connection is a lost request
+            with lock:
+                stats["lost"].append(repr(e))
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.close()
+
+
+threads = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
+t_start = time.time()
+for t in threads:
+    t.start()
+while any(t.is_alive() for t in threads):
+    rss_samples.append((time.time() - t_start, rss_kb()))
+    time.sleep(0.25)
+elapsed = time.time() - t_start
+server_tok_s = stats["tokens"] / elapsed
+proc.terminate()
+proc.wait(30)
+
+# bench-serve at the same concurrency and lengths, for as many requests as the server completed.
+n_req = max(stats["ok"], args.clients * 4)
+bs = subprocess.run([args.infer, "bench-serve", "-m", MODEL, "--requests", str(n_req), "--rate", "0", "--max-seqs",
+                     str(args.clients), "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len),
+                     "-t", str(args.threads), "--json"], capture_output=True, text=True, timeout=600)
+bench = json.loads(bs.stdout.strip().splitlines()[-1]) if bs.returncode == 0 else {}
+bench_tok_s = bench.get("generated_tokens_per_s", 0.0)
+ratio = server_tok_s / bench_tok_s if bench_tok_s else 0.0
+
+third = [kb for t, kb in rss_samples if t < elapsed / 3 and t > 1]
+last = [kb for t, kb in rss_samples if t > 2 * elapsed / 3]
+growth_mb = ((max(last) if last else 0) - (max(third) if third else 0)) / 1024.0
+
+result = {"clients": args.clients, "seconds": round(elapsed, 2), "requests_ok": stats["ok"], "requests_failed_clean": stats["failed_clean"],
+          "requests_lost": len(stats["lost"]), "server_tokens_per_s": round(server_tok_s, 1), "bench_serve_tokens_per_s": round(bench_tok_s, 1),
+          "ratio": round(ratio, 3), "rss_first_third_mb": round((max(third) if third else 0) / 1024, 1),
+          "rss_last_third_mb": round((max(last) if last else 0) / 1024, 1), "rss_growth_mb": round(growth_mb, 1)}
+if args.json:
+    print(json.dumps(result))
+failed = 0
+
+
+def check(name, ok, detail=""):
+    global failed
+    print(("ok   - " if ok else "FAIL - ") + name + ("" if ok else f"  {detail}"))
+    failed += 0 if ok else 1
+
+
+check(f"{stats['ok']} requests completed with [DONE] and {args.output_len} tokens, none lost", stats["ok"] > 0 and not stats["lost"],
+      stats["lost"][:3])
+check(f"memory flat: RSS {result['rss_first_third_mb']} MB -> {result['rss_last_third_mb']} MB", growth_mb < 16, result)
+check(f"throughput {server_tok_s:.0f} tok/s vs bench-serve {bench_tok_s:.0f} tok/s (ratio {ratio:.2f} >= {min_ratio})",
+      ratio >= min_ratio, bs.stderr[-500:])
+check("the server exited 0 on SIGTERM", proc.returncode == 0, proc.returncode)
+print(f"{4 - failed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

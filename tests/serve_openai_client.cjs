@@ -1,0 +1,175 @@
+// The npm `openai` client library against `infer serve` (tests/serve_openai_test.sh).
+// BASE_URL, API_KEY: the server's; prints "ok   - ..." / "FAIL - ..." lines
+// and "N passed, N failed".
+const OpenAI = require("openai");
+
+const base = process.env.BASE_URL;
+const client = new OpenAI({ baseURL: base, apiKey: process.env.API_KEY, maxRetries: 0, timeout: 120000 });
+let passed = 0, failed = 0;
+function check(name, ok, detail) {
+  if (ok) { passed++; console.log(`ok   - ${name}`); }
+  else { failed++; console.log(`FAIL - ${name}`); if (detail !== undefined) console.log("       " + JSON.stringify(detail).slice(0, 1500)); }
+}
+async function attempt(name, fn) {
+  try { await fn(); } catch (e) { check(name, false, String(e && e.stack || e)); }
+}
+
+// A small JSON-schema validator for the shapes the test asks for.
+function validate(schema, v) {
+  if (schema.enum) return schema.enum.some((x) => JSON.stringify(x) === JSON.stringify(v));
+  switch (schema.type) {
+    case "object":
+      if (typeof v !== "object" || v === null || Array.isArray(v)) return false;
+      for (const k of schema.required || []) if (!(k in v)) return false;
+      for (const [k, s] of Object.entries(schema.properties || {})) if (k in v && !validate(s, v[k])) return false;
+      if (schema.additionalProperties === false) for (const k of Object.keys(v)) if (!(k in (schema.properties || {}))) return false;
+      return true;
+    case "array":
+      if (!Array.isArray(v)) return false;
+      if (schema.minItems !== undefined && v.length < schema.minItems) return false;
+      if (schema.maxItems !== undefined && v.length > schema.maxItems) return false;
+      return v.every((x) => validate(schema.items || {}, x));
+    case "string": return typeof v === "string";
+    case "integer": return Number.isInteger(v);
+    case "number": return typeof v === "number";
+    case "boolean": return typeof v === "boolean";
+    default: return true;
+  }
+}
+
+async function main() {
+  const messages = [{ role: "system", content: "You tell stories." }, { role: "user", content: "Once upon a time" }];
+  let greedy = "";
+
+  await attempt("models.list", async () => {
+    const page = await client.models.list();
+    check("models.list names the model", page.data.length === 1 && page.data[0].id === "stories260K.gguf", page.data);
+  });
+
+  await attempt("completions.create", async () => {
+    const r = await client.completions.create({ model: "stories260K.gguf", prompt: "Once upon a time", max_tokens: 24, temperature: 0 });
+    check("completions.create: greedy text and usage", r.choices[0].text.startsWith(", there was a little girl") &&
+      r.usage.prompt_tokens === 5 && r.usage.completion_tokens === 24, r);
+  });
+
+  await attempt("chat.completions.create", async () => {
+    const r = await client.chat.completions.create({ model: "m", messages, max_tokens: 16, temperature: 0 });
+    greedy = r.choices[0].message.content;
+    check("chat.completions.create: an assistant message", r.object === "chat.completion" && r.choices[0].message.role === "assistant" &&
+      typeof greedy === "string" && greedy.length > 0, r);
+  });
+
+  await attempt("chat stream with usage", async () => {
+    const stream = await client.chat.completions.create({ model: "m", messages, max_tokens: 16, temperature: 0, stream: true,
+      stream_options: { include_usage: true } });
+    let text = "", usage = null, finish = null, chunks = 0;
+    for await (const chunk of stream) {
+      chunks++;
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        if (c.delta && c.delta.content) text += c.delta.content;
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    check("chat stream: deltas add up to the non-streamed greedy reply", text === greedy, { text, greedy });
+    check("chat stream: a usage chunk and a finish_reason", usage && usage.completion_tokens > 0 &&
+      usage.total_tokens === usage.prompt_tokens + usage.completion_tokens && (finish === "stop" || finish === "length") && chunks > 2,
+      { usage, finish, chunks });
+  });
+
+  await attempt("n > 1", async () => {
+    const r = await client.chat.completions.create({ model: "m", messages, max_tokens: 8, temperature: 1, n: 3, seed: 5 });
+    check("n = 3 gives three choices", r.choices.length === 3 && r.choices.map((c) => c.index).join() === "0,1,2", r.choices);
+  });
+
+  await attempt("stop", async () => {
+    const r = await client.completions.create({ model: "m", prompt: "Once upon a time", max_tokens: 40, temperature: 0, stop: ["Lily"] });
+    check("stop: cut before the stop string, finish_reason stop",
+      r.choices[0].text === ", there was a little girl named " && r.choices[0].finish_reason === "stop", r.choices[0]);
+  });
+
+  await attempt("logprobs", async () => {
+    const r = await client.chat.completions.create({ model: "m", messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 3 });
+    const lp = r.choices[0].logprobs;
+    const ok = lp && Array.isArray(lp.content) && lp.content.length === r.usage.completion_tokens && lp.content.every((t) =>
+      typeof t.token === "string" && t.logprob <= 0 && Array.isArray(t.bytes) && t.top_logprobs.length === 3 &&
+      t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob && Math.abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4);
+    check("logprobs: one entry per token with 3 top_logprobs; greedy picks the top one", ok, lp);
+    check("logprobs: the tokens spell the reply", lp && lp.content.map((t) => t.token).join("") === r.choices[0].message.content,
+      lp && lp.content.map((t) => t.token));
+  });
+
+  await attempt("json_schema", async () => {
+    // Bounded strings: a small model would otherwise write prose until max_tokens.
+    const schema = { type: "object", properties: { name: { type: "string", maxLength: 12 }, age: { type: "integer" },
+      mood: { enum: ["happy", "sad"] }, tags: { type: "array", items: { type: "string", maxLength: 8 }, maxItems: 3 } },
+      required: ["name", "age", "mood", "tags"], additionalProperties: false };
+    for (const seed of [1, 2, 3]) {
+      const r = await client.chat.completions.create({ model: "m", messages, max_tokens: 300, temperature: 1, seed,
+        response_format: { type: "json_schema", json_schema: { name: "person", schema, strict: true } } });
+      let parsed = null, err = null;
+      try { parsed = JSON.parse(r.choices[0].message.content); } catch (e) { err = String(e); }
+      check(`json_schema (seed ${seed}): the reply parses and validates`, parsed !== null && validate(schema, parsed) &&
+        r.choices[0].finish_reason === "stop" && Object.keys(parsed).join() === "name,age,mood,tags",
+        { content: r.choices[0].message.content, err });
+    }
+    // json_object: any object, as long as the model likes (this small model
+    // writes prose inside strings until max_tokens): every reply opens an
+    // object, and the finished ones parse as objects.
+    let bad = [];
+    for (const seed of [1, 2, 3]) {
+      const r = await client.chat.completions.create({ model: "m", messages, max_tokens: 60, temperature: 1, seed,
+        response_format: { type: "json_object" } });
+      const c = r.choices[0];
+      if (!c.message.content.trimStart().startsWith("{")) bad.push(c.message.content);
+      if (c.finish_reason === "stop") {
+        try { const v = JSON.parse(c.message.content); if (typeof v !== "object" || Array.isArray(v)) bad.push(c.message.content); }
+        catch (e) { bad.push(c.message.content); }
+      }
+    }
+    check("json_object: every reply opens a JSON object; the finished ones parse", bad.length === 0, bad);
+  });
+
+  await attempt("cancelled stream", async () => {
+    const before = await disconnected();
+    const stream = await client.completions.create({ model: "m", prompt: "Once", max_tokens: 1500, ignore_eos: true, stream: true, n: 4 });
+    let got = 0;
+    for await (const chunk of stream) { if (++got >= 3) break; }  // leaving the loop aborts the request
+    let after = before;
+    for (let i = 0; i < 100 && after <= before; i++) { await new Promise((r) => setTimeout(r, 100)); after = await disconnected(); }
+    check("a cancelled stream cancels the request on the server", got === 3 && after > before, { got, before, after });
+  });
+
+  await attempt("API key", async () => {
+    const bad = new OpenAI({ baseURL: base, apiKey: "wrong-key", maxRetries: 0 });
+    try {
+      await bad.chat.completions.create({ model: "m", messages, max_tokens: 2 });
+      check("a wrong API key fails with AuthenticationError", false, "no error");
+    } catch (e) {
+      check("a wrong API key fails with AuthenticationError (401)", e instanceof OpenAI.AuthenticationError && e.status === 401, String(e));
+    }
+  });
+
+  await attempt("bad request", async () => {
+    try {
+      await client.chat.completions.create({ model: "m", messages, max_tokens: 2, temperature: "hot" });
+      check("a bad field fails with BadRequestError", false, "no error");
+    } catch (e) {
+      check("a bad field fails with BadRequestError (400) naming it", e instanceof OpenAI.BadRequestError && e.status === 400 &&
+        e.param === "temperature", String(e));
+    }
+  });
+
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+async function disconnected() {
+  const res = await fetch(base.replace(/\/v1$/, "") + "/metrics", { headers: { Authorization: `Bearer ${process.env.API_KEY}` } });
+  const text = await res.text();
+  let n = 0;
+  for (const line of text.split("\n")) if (line.startsWith("infer_requests_ended_total") && line.includes('outcome="disconnected"')) n += Number(line.split(" ").pop());
+  return n;
+}
+
+main().catch((e) => { console.log("FAIL - " + e); process.exit(1); });

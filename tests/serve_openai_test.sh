@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The npm `openai` client library against `infer serve` on loopback:
+# completions, chat, streaming with usage, n > 1, stop, logprobs, json_schema
+# output that parses and validates, a cancelled stream, an API-key failure.
+#
+#   serve_openai_test.sh PATH_TO_INFER WORK_DIR
+#
+# The package is installed with npm into WORK_DIR/node_modules once (npm needs
+# the registry). Prints "SKIPPED: ..." (CTest reports the test skipped) when
+# the shared model, node/npm or the package cannot be had.
+set -u
+INFER=${1:?usage: serve_openai_test.sh INFER WORK_DIR}
+WORK=${2:?usage: serve_openai_test.sh INFER WORK_DIR}
+HERE=$(cd "$(dirname "$0")" && pwd)
+SHARED=${INFER_SHARED_DIR:-$HERE/../../shared}
+MODEL=$SHARED/models/stories260K.gguf
+if [ ! -f "$MODEL" ]; then echo "SKIPPED: $MODEL not found (set INFER_SHARED_DIR)"; exit 77; fi
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "SKIPPED: node and npm are not installed (scripts/deps.sh --test installs them)"; exit 77
+fi
+mkdir -p "$WORK"
+if [ ! -f "$WORK/node_modules/openai/package.json" ]; then
+  if ! timeout 300 npm install --no-audit --no-fund --loglevel=error --prefix "$WORK" openai@4 >"$WORK/npm.log" 2>&1; then
+    echo "SKIPPED: cannot install the npm openai package (no network?):"
+    tail -n 5 "$WORK/npm.log"
+    exit 77
+  fi
+fi
+cp "$HERE/serve_openai_client.cjs" "$WORK/client.cjs"
+
+LOG=$(mktemp "${TMPDIR:-/tmp}/infer-serve-openai.XXXXXX")
+KEY="test-key-$$"
+"$INFER" serve -m "$MODEL" --port 0 --api-key "$KEY" -c 1024 2>"$LOG" &
+PID=$!
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -f "$LOG"' EXIT
+for _ in $(seq 1 600); do
+  grep -q "ready:" "$LOG" && break
+  kill -0 $PID 2>/dev/null || break
+  sleep 0.1
+done
+PORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$LOG" | head -n 1)
+if [ -z "$PORT" ] || ! grep -q "ready:" "$LOG"; then
+  echo "FAIL - the server did not start"; cat "$LOG"; exit 1
+fi
+BASE_URL="http://127.0.0.1:$PORT/v1" API_KEY="$KEY" timeout 300 node "$WORK/client.cjs"
+rc=$?
+kill -TERM $PID
+wait $PID
+src=$?
+if [ $src -ne 0 ]; then echo "FAIL - the server exited $src after SIGTERM"; tail -n 20 "$LOG"; rc=1; fi
+exit $rc
