@@ -154,3 +154,41 @@ TEST_CASE("speculative engine: bad speculation parameters are refused", "[spec_e
   ep.spec = static_cast<SpecMethod>(7);
   REQUIRE_THROWS_AS(Engine(*model, ep), Error);
 }
+
+TEST_CASE("speculative engine: layer-skip drafts give the plain greedy tokens", "[spec_engine]") {
+  NEED_MODEL(model);
+  const int n_layer = model->config().n_layer;
+  REQUIRE(n_layer >= 3);
+  EngineParams plain;
+  plain.block_size = 4;
+  EngineParams spec = plain;
+  spec.spec = SpecMethod::LayerSkip;
+  spec.spec_max_batch = 0;
+  const Run a = generate(*model, kPrompts, 48, plain);
+  for (const std::string& skip : {std::to_string(n_layer - 1), std::string("1-2"), std::string("0,") +
+                                                                                    std::to_string(n_layer - 1)}) {
+    CAPTURE(skip);
+    spec.spec_skip_layers = skip;
+    const Run b = generate(*model, kPrompts, 48, spec);
+    CHECK(b.out == a.out);
+    CHECK(b.spec.drafted > 0);
+    if (skip == std::to_string(n_layer - 1)) CHECK(b.spec.accepted > 0);  // one layer less agrees often
+  }
+  // A small pool: drafts stop where blocks run out, preemption still exact.
+  plain.kv_blocks = 40;
+  spec.kv_blocks = 40;
+  spec.spec_skip_layers = std::to_string(n_layer - 1);
+  CHECK(generate(*model, kPrompts, 64, spec).out == generate(*model, kPrompts, 64, plain).out);
+  // int8 KV: the draft's writes at block starts are redone by verification.
+  plain.kv_type = spec.kv_type = KvType::I8;
+  plain.kv_blocks = spec.kv_blocks = 0;
+  CHECK(generate(*model, kPrompts, 48, spec).out == generate(*model, kPrompts, 48, plain).out);
+  // Bad layer lists are refused when the engine is made.
+  for (const char* bad : {"", "x", "1-", "3-1", "0-99", "1,,2"}) {
+    CAPTURE(bad);
+    spec.spec_skip_layers = bad;
+    REQUIRE_THROWS_AS(Engine(*model, spec), Error);
+  }
+  spec.spec_skip_layers = "0-" + std::to_string(n_layer - 1);  // every layer
+  REQUIRE_THROWS_AS(Engine(*model, spec), Error);
+}

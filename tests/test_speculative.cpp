@@ -162,3 +162,13 @@ TEST_CASE("acceptance counters: rate, mean accepted length and acceptance by pos
   CHECK(c.drafted == 30);
   CHECK(c.steps == 4);
 }
+
+TEST_CASE("layer lists: ranges and single layers", "[speculative]") {
+  CHECK(parse_layer_list("2", 5) == std::vector<uint8_t>({0, 0, 1, 0, 0}));
+  CHECK(parse_layer_list("1-3", 5) == std::vector<uint8_t>({0, 1, 1, 1, 0}));
+  CHECK(parse_layer_list("0,2-3,3", 5) == std::vector<uint8_t>({1, 0, 1, 1, 0}));
+  for (const char* bad : {"", "a", "1-", "-1", "3-1", "5", "1,", "1;2", "0-4", "99999999999"}) {
+    CAPTURE(bad);
+    REQUIRE_THROWS_AS(parse_layer_list(bad, 5), Error);
+  }
+}

@@ -28,7 +28,7 @@ void EngineParams::validate() const {
     raise(Status::InvalidArgument, "batch_timeout_ms must be in [0, 3600000]");
   if (step_row_multiple < 0 || step_row_multiple > 4096)
     raise(Status::InvalidArgument, "step_row_multiple %d is out of range [0, 4096]", step_row_multiple);
-  if (spec != SpecMethod::None && spec != SpecMethod::Ngram)
+  if (spec != SpecMethod::None && spec != SpecMethod::Ngram && spec != SpecMethod::LayerSkip)
     raise(Status::InvalidArgument, "unknown speculative method %d", static_cast<int>(spec));
   if (spec_k < 1 || spec_k > 32) raise(Status::InvalidArgument, "spec_k %d is out of range [1, 32]", spec_k);
   if (spec_ngram_min < 1 || spec_ngram_max < spec_ngram_min || spec_ngram_max > 64)
@@ -101,6 +101,11 @@ Engine::Engine(const Model& model, const EngineParams& params)
       sched_(scheduler_config(model, params, *backend_), *kv_),
       created_(Clock::now()) {
   if (params.spec == SpecMethod::Ngram) drafter_ = std::make_unique<NgramDrafter>(params.spec_ngram_max, params.spec_ngram_min);
+  if (params.spec == SpecMethod::LayerSkip) {
+    if (params.spec_skip_layers.empty())
+      raise(Status::InvalidArgument, "layer-skip speculation needs the layers to skip (e.g. \"4-17\")");
+    skip_layers_ = parse_layer_list(params.spec_skip_layers, model.config().n_layer);
+  }
   const KvLayout& layout = kv_->layout();
   log(LogLevel::Info, "engine: %d %s KV blocks of %d tokens (%.1f MiB), %d host blocks, n_ctx %d, %d threads",
       layout.n_blocks, kv_type_name(layout.type), layout.block_size, kv_->bytes_total() / 1048576.0,
@@ -140,9 +145,10 @@ std::shared_ptr<Sequence> Engine::make_sequence(RequestParams& p) {
   auto req = std::make_shared<Request>(next_id_.fetch_add(1), std::move(p), model_.tokenizer());
   auto seq = std::make_shared<Sequence>(std::move(req), n_vocab);
   // Speculation needs every emitted token to come out of the verification
-  // rule alone: requests that store generated logits decode one token per step.
+  // rule alone: requests that store generated logits, report log-probabilities
+  // or are grammar-constrained decode one token per step.
   const RequestParams& rp = seq->request().params();
-  if (drafter_ && !(rp.logits & kLogitsGenerated)) {
+  if ((drafter_ || !skip_layers_.empty()) && !(rp.logits & kLogitsGenerated) && rp.sampling.logprobs < 0 && !rp.sampling.grammar) {
     seq->speculates = true;
     seq->draft_len = DraftLength(params_.spec_k);
     seq->spec_rng.seed(rp.sampling.seed ^ 0x9e3779b97f4a7c15ull);
@@ -274,7 +280,9 @@ void Engine::draft() {
     p->draft.clear();
     if (p->on_device() && !p->done() && p->pending() == 1) ++decoding;
   }
-  if (!drafter_ || (params_.spec_max_batch > 0 && decoding > params_.spec_max_batch)) return;
+  if ((!drafter_ && skip_layers_.empty()) || (params_.spec_max_batch > 0 && decoding > params_.spec_max_batch)) return;
+  std::vector<Sequence*> model_seqs;
+  std::vector<int32_t> model_k;
   for (const auto& p : sched_.running()) {
     Sequence& s = *p;
     if (!s.speculates || !s.on_device() || s.done() || s.pending() != 1) continue;
@@ -288,9 +296,64 @@ void Engine::draft() {
       s.draft_len.update(0, 0);
       continue;
     }
-    drafter_->propose(s.tokens(), k, s.draft);
-    if (s.draft.empty()) s.draft_len.update(0, 0);
+    if (drafter_) {
+      drafter_->propose(s.tokens(), k, s.draft);
+      if (s.draft.empty()) s.draft_len.update(0, 0);
+    } else {
+      model_seqs.push_back(&s);
+      model_k.push_back(k);
+    }
   }
+  if (!model_seqs.empty()) draft_layerskip(model_seqs, model_k);
+}
+
+// Draft position j of every sequence still drafting is one row of a forward
+// of the model without the skipped layers: row j feeds the last known token
+// (j = 0) or the previous draft, at its position, and the argmax of its
+// logits is the next draft (a point mass for verification). Its K/V go where
+// the verifying forward writes them again with every layer, so nothing the
+// draft writes survives; a sequence whose next position has no free block
+// stops drafting (drafts never preempt).
+void Engine::draft_layerskip(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& k) {
+  const int32_t n_vocab = model_.config().n_vocab;
+  const int32_t max_k = *std::max_element(k.begin(), k.end());
+  std::vector<uint8_t> stopped(seqs.size(), 0);
+  for (int32_t j = 0; j < max_k; ++j) {
+    Batch b;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& s = *seqs[i];
+      if (stopped[i] || k[i] <= j || static_cast<int32_t>(s.draft.size()) != j) continue;
+      const int32_t pos = s.n_tokens() - 1 + j;
+      bool room = false;
+      try {
+        room = kv_->reserve(s.slot, pos + 1) && kv_->prepare_write(s.slot, pos, pos + 1);
+      } catch (const std::bad_alloc&) {
+      }
+      if (!room) {
+        stopped[i] = 1;
+        continue;
+      }
+      b.add(j == 0 ? s.tokens().back() : s.draft[j - 1], pos, s.slot, true);
+      who.push_back(i);
+    }
+    if (who.empty()) break;
+    try {
+      draft_logits_.resize(who.size() * static_cast<size_t>(n_vocab));
+      model_.forward(b, *kv_, *backend_, ws_, draft_logits_.data(), skip_layers_.data());
+    } catch (const std::exception& e) {
+      // A failed draft costs the drafts, nothing else: this step decodes plainly.
+      log(LogLevel::Warn, "engine: the layer-skip draft failed (%s); decoding without drafts this step", e.what());
+      for (Sequence* s : seqs) s->draft.clear();
+      return;
+    }
+    for (size_t r = 0; r < who.size(); ++r) {
+      const float* lg = draft_logits_.data() + r * static_cast<size_t>(n_vocab);
+      seqs[who[r]]->draft.push_back(static_cast<int32_t>(std::max_element(lg, lg + n_vocab) - lg));
+    }
+  }
+  for (Sequence* s : seqs)
+    if (s->draft.empty()) s->draft_len.update(0, 0);
 }
 
 // The rows of one speculating entry: row 0 is the last known token, row j

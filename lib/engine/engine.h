@@ -18,6 +18,7 @@
 #include <mutex>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
@@ -49,6 +50,7 @@ struct EngineParams {
   int32_t spec_k = 4;              // most draft tokens per sequence and step (1..32)
   int32_t spec_ngram_max = 3;      // n-gram lengths matched, longest first
   int32_t spec_ngram_min = 1;
+  std::string spec_skip_layers;    // LayerSkip: the layers the draft leaves out ("4-17", "3,5,9-11")
   // No drafting in a step where more than this many sequences decode: a
   // larger batch already fills the matmul tiles drafts would have used, and
   // rejected drafts then cost real time (0: no limit). See bench/RESULTS.md.
@@ -116,6 +118,9 @@ class Engine {
   bool emit(Sequence& s, int32_t t);
   // Proposes this step's drafts for the decoding sequences.
   void draft();
+  // LayerSkip: the drafts of `seqs` (k[i] tokens at most each), one batched
+  // forward of the skipping model per draft position.
+  void draft_layerskip(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& k);
   // Decides the drafts of the entry whose rows start at plan row `first`;
   // returns the number of rows it consumed.
   size_t verify(const StepPlan& plan, size_t first);
@@ -130,6 +135,8 @@ class Engine {
   Scheduler sched_;
   Workspace ws_;
   std::unique_ptr<Drafter> drafter_;
+  std::vector<uint8_t> skip_layers_;  // LayerSkip
+  std::vector<float> draft_logits_;
   std::vector<float> logits_;
   EngineStats stats_;
   int plan_failures_ = 0;  // consecutive steps whose planning ran out of memory

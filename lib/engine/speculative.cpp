@@ -10,8 +10,45 @@ const char* spec_method_name(SpecMethod m) {
   switch (m) {
     case SpecMethod::None: return "none";
     case SpecMethod::Ngram: return "ngram";
+    case SpecMethod::LayerSkip: return "layerskip";
   }
   return "?";
+}
+
+std::vector<uint8_t> parse_layer_list(const std::string& spec, int32_t n_layer) {
+  if (n_layer <= 0) raise(Status::InvalidArgument, "layer list: the model has no layers");
+  std::vector<uint8_t> skip(static_cast<size_t>(n_layer), 0);
+  auto number = [&](size_t& i) -> int64_t {
+    if (i >= spec.size() || spec[i] < '0' || spec[i] > '9')
+      raise(Status::InvalidArgument, "layer list \"%s\": expected a layer number at offset %zu", spec.c_str(), i);
+    int64_t v = 0;
+    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') {
+      v = v * 10 + (spec[i++] - '0');
+      if (v > 1000000) raise(Status::InvalidArgument, "layer list \"%s\": number too large", spec.c_str());
+    }
+    return v;
+  };
+  size_t i = 0;
+  for (;;) {
+    const int64_t a = number(i);
+    int64_t b = a;
+    if (i < spec.size() && spec[i] == '-') {
+      ++i;
+      b = number(i);
+    }
+    if (b < a) raise(Status::InvalidArgument, "layer list \"%s\": range %lld-%lld runs backwards", spec.c_str(),
+                     static_cast<long long>(a), static_cast<long long>(b));
+    if (b >= n_layer)
+      raise(Status::InvalidArgument, "layer list \"%s\": layer %lld is out of range (the model has layers 0-%d)",
+            spec.c_str(), static_cast<long long>(b), n_layer - 1);
+    for (int64_t l = a; l <= b; ++l) skip[static_cast<size_t>(l)] = 1;
+    if (i == spec.size()) break;
+    if (spec[i] != ',') raise(Status::InvalidArgument, "layer list \"%s\": unexpected '%c'", spec.c_str(), spec[i]);
+    ++i;
+  }
+  if (std::all_of(skip.begin(), skip.end(), [](uint8_t f) { return f != 0; }))
+    raise(Status::InvalidArgument, "layer list \"%s\" skips every layer", spec.c_str());
+  return skip;
 }
 
 NgramDrafter::NgramDrafter(int32_t n_max, int32_t n_min) : n_max_(n_max), n_min_(n_min) {

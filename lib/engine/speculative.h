@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "sampling/sampler.h"
@@ -31,8 +32,16 @@
 namespace infer {
 
 // Which drafter an engine speculates with.
-enum class SpecMethod : int { None = 0, Ngram = 1 };
+//  Ngram:     prompt lookup (NgramDrafter), no model;
+//  LayerSkip: the target itself with some layers left out (self-speculative:
+//             no extra weights; the skipped layers' residual passes through).
+enum class SpecMethod : int { None = 0, Ngram = 1, LayerSkip = 2 };
 const char* spec_method_name(SpecMethod m);
+
+// Parses a list of layers and ranges ("4-17", "3,5,9-11") into one flag per
+// layer. Error(InvalidArgument) naming the problem for bad syntax, layers
+// outside [0, n_layer), or a list that skips every layer.
+std::vector<uint8_t> parse_layer_list(const std::string& spec, int32_t n_layer);
 
 class Drafter {
  public:

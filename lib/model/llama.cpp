@@ -39,7 +39,8 @@ class LlamaModel final : public Model {
     if (!vocab_only_) bind_weights();
   }
 
-  void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits) const override;
+  void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
+               const uint8_t* skip) const override;
 
   void for_each_weight(const std::function<void(const WeightView&)>& fn) const override {
     for (const Layer& l : layers_)
@@ -218,7 +219,8 @@ T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-void LlamaModel::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits) const {
+void LlamaModel::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
+                         const uint8_t* skip) const {
   if (vocab_only_) raise(Status::InvalidArgument, "model was loaded with vocab_only: it cannot run");
   gguf().file().check_intact();  // a truncated mmapped file: Error(Io), not SIGBUS
   const ModelConfig& c = config_;
@@ -250,6 +252,7 @@ void LlamaModel::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace
 
   be.get_rows(tok_embd_, batch.tokens.data(), m, x);
   for (int l = 0; l < c.n_layer; ++l) {
+    if (skip && skip[l]) continue;
     const Layer& L = layers_[l];
     // Attention block.
     be.rms_norm(x, L.attn_norm.data(), m, d, c.rms_eps, xb);

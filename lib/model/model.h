@@ -91,7 +91,11 @@ class Model {
   // Runs the batch. Token ids, positions and slots must be valid and the KV
   // sequences must have room for every position (the engine guarantees it).
   // logits receives logit_rows.size() rows of n_vocab floats.
-  virtual void forward(const Batch& batch, KvCache& kv, Backend& backend, Workspace& ws, float* logits) const = 0;
+  // skip: nullptr, or one flag per layer; flagged layers are left out (the
+  // residual stream passes them unchanged and their KV is not written):
+  // the self-speculative draft model.
+  virtual void forward(const Batch& batch, KvCache& kv, Backend& backend, Workspace& ws, float* logits,
+                       const uint8_t* skip = nullptr) const = 0;
 
   // Every matrix weight of the model (for load-time preparation by a backend).
   virtual void for_each_weight(const std::function<void(const WeightView&)>& fn) const = 0;
