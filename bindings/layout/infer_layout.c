@@ -93,6 +93,9 @@ int main(void) {
   F(infer_request_params, no_prefix_cache);
   F(infer_request_params, cache_salt);
   F(infer_request_params, priority);
+  F(infer_request_params, logprobs);
+  F(infer_request_params, grammar);
+  F(infer_request_params, json_schema);
   S(infer_request_stats);
   F(infer_request_stats, struct_size);
   F(infer_request_stats, finish_reason);

@@ -70,7 +70,8 @@ class RequestParams(Structure):
                 ("n_stop", c_size_t), ("ignore_eos", c_int32),
                 ("on_token", c_void_p),  # never set from Python: no callbacks on the engine thread
                 ("user_data", c_void_p), ("logits", c_uint32), ("no_prefix_cache", c_int32),
-                ("cache_salt", c_uint64), ("priority", c_int32)]
+                ("cache_salt", c_uint64), ("priority", c_int32),
+                ("logprobs", c_int32), ("grammar", c_char_p), ("json_schema", c_char_p)]  # 1.1
 
 
 class RequestStatsC(Structure):

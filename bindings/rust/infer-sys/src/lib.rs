@@ -8,7 +8,7 @@
 use std::os::raw::{c_char, c_double, c_float, c_void};
 
 pub const INFER_VERSION_MAJOR: u32 = 1;
-pub const INFER_VERSION_MINOR: u32 = 0;
+pub const INFER_VERSION_MINOR: u32 = 1;
 pub const INFER_VERSION_PATCH: u32 = 0;
 pub const INFER_VERSION_NUMBER: u32 =
     INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH;
@@ -195,6 +195,18 @@ pub struct infer_request_params {
     pub no_prefix_cache: i32,
     pub cache_salt: u64,
     pub priority: i32,
+    // 1.1
+    pub logprobs: i32,
+    pub grammar: *const c_char,
+    pub json_schema: *const c_char,
+}
+
+/// A token and its log-probability (1.1; a plain struct, used in arrays).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct infer_token_logprob {
+    pub token: i32,
+    pub logprob: f32,
 }
 
 #[repr(C)]
@@ -439,6 +451,31 @@ extern "C" {
     ) -> infer_status;
     pub fn infer_request_error(request: *const infer_request) -> *const c_char;
 
+    // 1.1
+    pub fn infer_request_logprobs(
+        request: *const infer_request,
+        index: usize,
+        chosen: *mut infer_token_logprob,
+        top: *mut infer_token_logprob,
+        capacity: usize,
+        n_top: *mut usize,
+    ) -> infer_status;
+    pub fn infer_json_schema_to_grammar(
+        json_schema: *const c_char,
+        buf: *mut c_char,
+        buf_size: usize,
+        needed: *mut usize,
+    ) -> infer_status;
+    pub fn infer_grammar_check(grammar: *const c_char) -> infer_status;
+    pub fn infer_model_meta_count(model: *const infer_model) -> i32;
+    pub fn infer_model_meta_key(
+        model: *const infer_model,
+        index: i32,
+        buf: *mut c_char,
+        buf_size: usize,
+        needed: *mut usize,
+    ) -> infer_status;
+
     pub fn infer_engine_stats_init(stats: *mut infer_engine_stats);
     pub fn infer_engine_get_stats(engine: *const infer_engine, stats: *mut infer_engine_stats) -> infer_status;
     pub fn infer_engine_max_concurrency(
@@ -556,7 +593,7 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
             logit_bias_values, n_logit_bias }),
         layout!(infer_request_params { struct_size, prompt, prompt_len, prompt_tokens, n_prompt_tokens,
             add_bos, parse_special, max_tokens, sampling, stop, n_stop, ignore_eos, on_token, user_data,
-            logits, no_prefix_cache, cache_salt, priority }),
+            logits, no_prefix_cache, cache_salt, priority, logprobs, grammar, json_schema }),
         layout!(infer_request_stats { struct_size, finish_reason, status, n_prompt_tokens, n_cached_tokens,
             n_generated_tokens, queue_ms, ttft_ms, tpot_ms, total_ms, prefill_tokens_per_s,
             decode_tokens_per_s, n_preemptions }),
