@@ -6,7 +6,12 @@ The allowed dependencies are the table of docs/ARCHITECTURE.md: every
 one of its allowed dependencies. The graph below is acyclic (checked here
 too), so an include cycle between two folders always fails the build.
 
+An include that names a project folder another way (`#include <kv/...>`, or a
+relative `#include "../engine/..."`) is refused too, so the check cannot be
+walked around.
+
 usage: check_layers.py SOURCE_DIR [STAMP_FILE]
+       check_layers.py --self-test     (CTest: the rules on small made-up trees)
 """
 import os
 import re
@@ -36,9 +41,11 @@ BACKEND_USERS = {("engine", "cpu"), ("engine", "cuda")}
 BACKEND_FILES = {"engine": {"backends.cpp"}}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z0-9_]+)/', re.M)
+# Other spellings of a project include: <folder/...> or a relative "../...".
+EVASIVE = re.compile(r'^\s*#\s*include\s+(?:<([a-z0-9_]+)/|"(\.\./)[^"]*")', re.M)
 
 
-def check_acyclic():
+def check_acyclic(allowed):
     state = {}
 
     def visit(n, path):
@@ -47,29 +54,30 @@ def check_acyclic():
         if state.get(n) == 2:
             return
         state[n] = 1
-        for d in ALLOWED[n]:
+        for d in allowed[n]:
             visit(d, path + [n])
         state[n] = 2
 
-    for n in ALLOWED:
+    for n in allowed:
         visit(n, [])
 
 
-def main():
-    src = sys.argv[1]
-    check_acyclic()
+def check(src):
+    """The forbidden include edges under src, as 'file:line: message' strings."""
+    check_acyclic(ALLOWED)
     errors = []
     for folder, rel in ROOTS.items():
         top = os.path.join(src, rel)
         if not os.path.isdir(top):
             continue
         for dirpath, _, files in os.walk(top):
-            for f in files:
+            for f in sorted(files):
                 if not f.endswith((".h", ".hpp", ".c", ".cc", ".cpp", ".cu", ".cuh")):
                     continue
                 path = os.path.join(dirpath, f)
                 with open(path, encoding="utf-8", errors="replace") as fh:
                     text = fh.read()
+                where = lambda m: f"{os.path.relpath(path, src)}:{text.count(chr(10), 0, m.start()) + 1}"
                 for m in INCLUDE.finditer(text):
                     dep = m.group(1)
                     if dep == folder or dep == "infer" or dep not in ALLOWED:
@@ -78,9 +86,79 @@ def main():
                         continue
                     if (folder, dep) in BACKEND_USERS and f in BACKEND_FILES.get(folder, set()):
                         continue
-                    line = text.count("\n", 0, m.start()) + 1
-                    errors.append(f"{os.path.relpath(path, src)}:{line}: {folder}/ may not include {dep}/ "
+                    errors.append(f"{where(m)}: {folder}/ may not include {dep}/ "
                                   f"(allowed: {', '.join(sorted(ALLOWED[folder])) or 'nothing'})")
+                for m in EVASIVE.finditer(text):
+                    if m.group(1) and m.group(1) not in ALLOWED and m.group(1) != "infer":
+                        continue  # a system header such as <sys/stat.h>
+                    errors.append(f"{where(m)}: include project headers as \"folder/file.h\" "
+                                  f"(no <...>, no ../) so that the layering can check them")
+    return errors
+
+
+def self_test():
+    """The rules on made-up trees: each case must give exactly the errors expected."""
+    import tempfile
+
+    def tree(files):
+        d = tempfile.mkdtemp(prefix="check_layers_")
+        for rel, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+            with open(os.path.join(d, rel), "w") as fh:
+                fh.write(text)
+        return d
+
+    ok_tree = {
+        "lib/core/error.h": "#include <vector>\n#include <sys/stat.h>\n",
+        "lib/gguf/gguf.h": '#include "core/error.h"\n',
+        "lib/kv/kv.h": '#include "core/error.h"\n#include "kv/other.h"\n',
+        "lib/model/model.h": '#include "gguf/gguf.h"\n#include "kv/kv.h"\n',
+        "lib/engine/engine.h": '#include "model/model.h"\n#include "infer/infer.h"\n',
+        "lib/engine/backends.cpp": '#include "cpu/cpu.h"\n',
+        "lib/tools/synth.cpp": '#include "engine/engine.h"\n#include "gguf/gguf.h"\n',
+        "lib/api/c_api.cpp": '#include "tools/synth.h"\n#include "engine/engine.h"\n',
+        "cpu/cpu.h": '#include "kv/kv.h"\n#include "quant/formats.h"\n',
+    }
+    cases = [  # (name, files added to ok_tree, substrings of the expected errors)
+        ("allowed edges only", {}, []),
+        ("cycle kv -> engine", {"lib/kv/bad.h": '#include "engine/engine.h"\n'}, ["kv/ may not include engine/"]),
+        ("cycle gguf -> model", {"lib/gguf/bad.cpp": '#include "model/model.h"\n'}, ["gguf/ may not include model/"]),
+        ("tokenizer -> model", {"lib/tokenizer/vocab.cpp": '#include "model/model.h"\n'},
+         ["tokenizer/ may not include model/"]),
+        ("runtime -> tools", {"lib/engine/bad.cpp": '#include "tools/synth.h"\n'}, ["engine/ may not include tools/"]),
+        ("backend outside the factory", {"lib/engine/engine.cpp": '#include "cpu/cpu.h"\n'},
+         ["engine/ may not include cpu/"]),
+        ("backend -> model", {"cpu/bad.cpp": '#include "model/model.h"\n'}, ["cpu/ may not include model/"]),
+        ("angle brackets", {"lib/kv/sneaky.h": "#include <engine/engine.h>\n"}, ["no <...>, no ../"]),
+        ("relative path", {"lib/kv/sneaky.cpp": '#include "../engine/engine.h"\n'}, ["no <...>, no ../"]),
+    ]
+    failures = 0
+    for name, extra, want in cases:
+        files = dict(ok_tree)
+        files.update(extra)
+        got = check(tree(files))
+        good = len(got) == len(want) and all(any(w in g for g in got) for w in want)
+        print(f"  {'ok  ' if good else 'FAIL'} {name}" + ("" if good else f": got {got}"))
+        failures += not good
+    cyclic = {k: set(v) for k, v in ALLOWED.items()}
+    cyclic["core"] = {"engine"}
+    try:
+        check_acyclic(cyclic)
+        print("  FAIL an allowed graph with a cycle is refused")
+        failures += 1
+    except SystemExit as e:
+        print("  ok   an allowed graph with a cycle is refused: " + str(e).split(": ", 1)[1])
+    print(f"check_layers self-test: {len(cases) + 1 - failures}/{len(cases) + 1} as expected")
+    return 1 if failures else 0
+
+
+def main():
+    if len(sys.argv) == 2 and sys.argv[1] == "--self-test":
+        return self_test()
+    if len(sys.argv) < 2:
+        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+        return 2
+    errors = check(sys.argv[1])
     if errors:
         print("check_layers: include edges the layering forbids (docs/ARCHITECTURE.md):", file=sys.stderr)
         for e in errors:
