@@ -228,6 +228,25 @@ verify "run --json: the last line is an object with the statistics" keys "$OUT" 
 verify "run --json: prompt_tokens is 5" eq "$OUT" prompt_tokens 5
 verify "run --json: generated_tokens is 16" eq "$OUT" generated_tokens 16
 
+# ---- speculative decoding: same greedy text, counters in --json ---------------------------
+
+for spec in ngram ngram:2 layerskip:4 layerskip:1-2; do
+  run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 64 --spec "$spec" --spec-k 5
+  expect_ok "run --spec $spec"
+  starts_with "run --spec $spec: the plain greedy text" "$OUT" "$REF/stories260K-once.txt" 100
+done
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 64 --spec ngram --json
+expect_ok "run --spec ngram --json"
+verify "run --spec --json: the speculative counters" keys "$OUT" draft_tokens accepted_tokens acceptance_rate mean_accepted_length
+verify "run --spec --json: tokens were drafted" ge "$OUT" draft_tokens 1
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 8 --json
+verify "run --json without --spec: nothing drafted" eq "$OUT" draft_tokens 0
+for bad in "--spec" "--spec bogus" "--spec ngram:0" "--spec layerskip:" "--spec layerskip:99" "--spec-k 0" "--spec-k 33"; do
+  # shellcheck disable=SC2086
+  run_cli run -m "$MODEL" -p "Once" -n 4 $bad
+  expect_error "run $bad is refused"
+done
+
 # ---- run --tokens / --dump-logits against the reference logits --------------------------
 # One row per position fed to the model: the prompt's, then the generated
 # tokens' except the last (never fed), so -n N after P prompt tokens gives

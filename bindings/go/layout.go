@@ -37,7 +37,7 @@ func cLayouts() map[string]uintptr {
 	for name, size := range map[string]uintptr{
 		"infer_status": reflect.TypeOf(C.infer_status(0)).Size(), "infer_log_level": reflect.TypeOf(C.infer_log_level(0)).Size(),
 		"infer_backend": reflect.TypeOf(C.infer_backend(0)).Size(), "infer_kv_type": reflect.TypeOf(C.infer_kv_type(0)).Size(),
-		"infer_policy": reflect.TypeOf(C.infer_policy(0)).Size(), "infer_finish_reason": reflect.TypeOf(C.infer_finish_reason(0)).Size(),
+		"infer_policy": reflect.TypeOf(C.infer_policy(0)).Size(), "infer_spec_method": reflect.TypeOf(C.infer_spec_method(0)).Size(), "infer_finish_reason": reflect.TypeOf(C.infer_finish_reason(0)).Size(),
 		"infer_quant_method": reflect.TypeOf(C.infer_quant_method(0)).Size(),
 	} {
 		out[name+" enum"] = size

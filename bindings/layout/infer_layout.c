@@ -60,6 +60,12 @@ int main(void) {
   F(infer_engine_params, policy);
   F(infer_engine_params, batch_timeout_ms);
   F(infer_engine_params, step_row_multiple);
+  F(infer_engine_params, spec);
+  F(infer_engine_params, spec_k);
+  F(infer_engine_params, spec_ngram_max);
+  F(infer_engine_params, spec_ngram_min);
+  F(infer_engine_params, spec_max_batch);
+  F(infer_engine_params, spec_skip_layers);
   S(infer_sampling_params);
   F(infer_sampling_params, struct_size);
   F(infer_sampling_params, temperature);
@@ -96,6 +102,7 @@ int main(void) {
   F(infer_request_params, logprobs);
   F(infer_request_params, grammar);
   F(infer_request_params, json_schema);
+  F(infer_request_params, spec_max_draft);
   S(infer_request_stats);
   F(infer_request_stats, struct_size);
   F(infer_request_stats, finish_reason);
@@ -110,6 +117,12 @@ int main(void) {
   F(infer_request_stats, prefill_tokens_per_s);
   F(infer_request_stats, decode_tokens_per_s);
   F(infer_request_stats, n_preemptions);
+  F(infer_request_stats, draft_tokens);
+  F(infer_request_stats, accepted_tokens);
+  F(infer_request_stats, acceptance_rate);
+  F(infer_request_stats, mean_accepted_length);
+  F(infer_request_stats, draft_tokens_at);
+  F(infer_request_stats, accepted_tokens_at);
   S(infer_engine_stats);
   F(infer_engine_stats, struct_size);
   F(infer_engine_stats, n_running);
@@ -134,6 +147,12 @@ int main(void) {
   F(infer_engine_stats, n_finished);
   F(infer_engine_stats, uptime_s);
   F(infer_engine_stats, generated_tokens_per_s);
+  F(infer_engine_stats, draft_tokens);
+  F(infer_engine_stats, accepted_tokens);
+  F(infer_engine_stats, acceptance_rate);
+  F(infer_engine_stats, mean_accepted_length);
+  F(infer_engine_stats, draft_tokens_at);
+  F(infer_engine_stats, accepted_tokens_at);
   S(infer_chat_message);
   F(infer_chat_message, role);
   F(infer_chat_message, content);
@@ -205,6 +224,7 @@ int main(void) {
   E(infer_backend);
   E(infer_kv_type);
   E(infer_policy);
+  E(infer_spec_method);
   E(infer_finish_reason);
   E(infer_quant_method);
   printf("version_number %u\n", (unsigned)INFER_VERSION_NUMBER);

@@ -314,6 +314,15 @@ inline const FlagTable kKvFlags = {
     {"--host-kv-mb", "N", "0 (off)", "host-memory KV tier for preempted sequences and evicted prefixes, MiB"},
     {"--no-prefix-cache", nullptr, nullptr, "do not share the KV blocks of common prompt prefixes"},
 };
+// Speculative decoding: run, chat, bench, bench-serve.
+inline const FlagTable kSpecFlags = {
+    {"--spec", "ngram[:N]|layerskip:LAYERS", "off",
+     "speculative decoding: n-gram prompt lookup (suffixes of up to N tokens, default 3), or the model with "
+     "LAYERS left out as its own draft (e.g. layerskip:4-17)"},
+    {"--spec-k", "K", "4", "most draft tokens per sequence and step, in [1, 32]"},
+    {"--spec-max-batch", "N", "4", "no drafting while more than N sequences decode (0: always draft)"},
+};
+
 // Sampling: run, chat, serve (serve's are request defaults).
 inline const FlagTable kSamplingFlags = {
     {"--temp", "T", "0.8", "temperature; 0 is greedy"},
@@ -337,6 +346,30 @@ inline void apply_kv_flags(const Args& a, infer_engine_params& ep) {
   ep.kv_block_size = static_cast<int32_t>(a.get_int("--kv-block", 16, 1, 1024));
   ep.host_kv_budget_bytes = static_cast<uint64_t>(a.get_int("--host-kv-mb", 0, 0, 1 << 20)) << 20;
   ep.prefix_caching = a.flag("--no-prefix-cache") ? 0 : 1;
+}
+
+// --spec and friends; `layers` keeps the layer list alive until the engine
+// is created (it copies it).
+inline void apply_spec_flags(const Args& a, infer_engine_params& ep, std::string& layers) {
+  ep.spec_k = static_cast<int32_t>(a.get_int("--spec-k", 4, 1, 32));
+  ep.spec_max_batch = static_cast<int32_t>(a.get_int("--spec-max-batch", 4, 0, 1 << 20));
+  if (!a.has("--spec")) return;
+  const std::string s = a.get("--spec", "");
+  if (s == "ngram" || s.rfind("ngram:", 0) == 0) {
+    ep.spec = INFER_SPEC_NGRAM;
+    if (s.size() > 6) {
+      char* end = nullptr;
+      const long n = std::strtol(s.c_str() + 6, &end, 10);
+      if (*end || n < 1 || n > 64) throw UsageError{"--spec ngram:N takes N in [1, 64], not '" + s.substr(6) + "'"};
+      ep.spec_ngram_max = static_cast<int32_t>(n);
+    }
+  } else if (s.rfind("layerskip:", 0) == 0 && s.size() > 10) {
+    ep.spec = INFER_SPEC_LAYERSKIP;
+    layers = s.substr(10);
+    ep.spec_skip_layers = layers.c_str();
+  } else {
+    throw UsageError{"--spec takes ngram, ngram:N or layerskip:LAYERS (e.g. layerskip:4-17), not '" + s + "'"};
+  }
 }
 
 // The sampling flags, checked (before any model loads).

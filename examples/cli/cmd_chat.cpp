@@ -40,7 +40,7 @@ const FlagTable kChatFlags = kModelFlags + FlagTable{
     {"--template", "NAME", "the model's own, else chatml", "chat template (a built-in name; see the list below)"},
     {"--system", "TEXT", nullptr, "system prompt"},
     {"-n, --n-predict", "N", "256", "most tokens per reply"},
-} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + FlagTable{
+} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
     {"--show-prompt", nullptr, nullptr, "print each rendered prompt to stderr"},
     {"--stats", nullptr, nullptr, "print each turn's token counts and speed to stderr"},
     {"--quiet", nullptr, nullptr, "do not print the replies"},
@@ -72,6 +72,8 @@ int cmd_chat(int argc, char** argv) {
   ep.max_seqs = 1;
   ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
   apply_kv_flags(a, ep);
+  std::string spec_layers;
+  apply_spec_flags(a, ep, spec_layers);
   Model model(model_path(a), backend_flag(a));
 
   // The template: given by name, else the model's own, else chatml (with a notice).

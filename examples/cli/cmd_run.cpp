@@ -17,7 +17,7 @@ const FlagTable kRunFlags = kModelFlags + FlagTable{
     {"--special", nullptr, nullptr, "parse special-token text such as <s> in the prompt"},
     {"--grammar", "FILE", nullptr, "constrain the output to a GBNF grammar (start rule root)"},
     {"--json-schema", "FILE", nullptr, "constrain the output to JSON that validates against this JSON schema"},
-} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + FlagTable{
+} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
     {"--dump-logits", "OUT.f32", nullptr, "write every position's logits row (float32 x n_vocab) to OUT.f32"},
     {"--json", nullptr, nullptr, "print one JSON object (text and statistics) on stdout instead of streaming"},
     {"--quiet", nullptr, nullptr, "print only the generated text (no prompt echo, no statistics)"},
@@ -49,6 +49,8 @@ int cmd_run(int argc, char** argv) {
   ep.max_seqs = 1;
   ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
   apply_kv_flags(a, ep);
+  std::string spec_layers;
+  apply_spec_flags(a, ep, spec_layers);
   const bool json = a.flag("--json"), quiet = a.flag("--quiet");
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
@@ -171,7 +173,8 @@ int cmd_run(int argc, char** argv) {
                 "\"tpot_ms\": %s, \"prefill_tokens_per_s\": %s, \"decode_tokens_per_s\": %s, \"total_ms\": %s, "
                 "\"finish_reason\": \"%s\", \"context_full\": %s, \"n_ctx\": %d, \"kv_type\": \"%s\", \"kv_block_size\": %d, \"kv_blocks_total\": %d, "
                 "\"kv_blocks_used\": %d, \"kv_blocks_free\": %d, \"kv_blocks_cached\": %d, \"kv_bytes_total\": %llu, "
-                "\"kv_bytes_used\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_query_tokens\": %llu}\n",
+                "\"kv_bytes_used\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_query_tokens\": %llu, "
+                "\"draft_tokens\": %llu, \"accepted_tokens\": %llu, \"acceptance_rate\": %s, \"mean_accepted_length\": %s}\n",
                 json_escape(text).c_str(), s.n_prompt_tokens, s.n_generated_tokens, s.n_cached_tokens, num(s.ttft_ms).c_str(),
                 num(s.tpot_ms).c_str(), num(s.prefill_tokens_per_s).c_str(), num(s.decode_tokens_per_s).c_str(),
                 num(s.total_ms).c_str(), reasons[s.finish_reason],
@@ -179,12 +182,18 @@ int cmd_run(int argc, char** argv) {
                 n_ctx, kv_type_name(es.kv_type), es.kv_block_size,
                 es.kv_blocks_total, es.kv_blocks_used, es.kv_blocks_free, es.kv_blocks_cached,
                 (unsigned long long)es.kv_bytes_total, (unsigned long long)es.kv_bytes_used,
-                (unsigned long long)es.prefix_hit_tokens, (unsigned long long)es.prefix_query_tokens);
+                (unsigned long long)es.prefix_hit_tokens, (unsigned long long)es.prefix_query_tokens,
+                (unsigned long long)s.draft_tokens, (unsigned long long)s.accepted_tokens, num(s.acceptance_rate).c_str(),
+                num(s.mean_accepted_length).c_str());
   } else if (!quiet) {
     if (!note.empty()) std::fprintf(stderr, "\n[stopped: %s]", note.c_str());
     std::fprintf(stderr, "\n%d prompt tokens, %d generated; TTFT %.2f ms, TPOT %.2f ms; prefill %.1f tok/s, decode %.1f tok/s\n",
                  s.n_prompt_tokens, s.n_generated_tokens, s.ttft_ms, s.tpot_ms, s.prefill_tokens_per_s,
                  s.decode_tokens_per_s);
+    if (s.draft_tokens > 0)
+      std::fprintf(stderr, "speculative: %llu drafted, %llu accepted (%.1f%%), %.2f tokens per verification step\n",
+                   (unsigned long long)s.draft_tokens, (unsigned long long)s.accepted_tokens, 100 * s.acceptance_rate,
+                   s.mean_accepted_length);
   }
   return s.finish_reason == INFER_FINISH_CANCELLED ? 130 : 0;
 }

@@ -81,7 +81,7 @@ const FlagTable kBenchServeFlags = kModelFlags + FlagTable{
     {"--batch-timeout-ms", "MS", "50", "dynamic policy: longest wait for a full batch"},
     {"--step-row-multiple", "N", "0 (16)", "continuous policy: step rows end on a multiple of N (1: off)"},
     {"--seed", "S", "1", "seed of the workload"},
-} + kThreadFlags + kKvFlags + FlagTable{
+} + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
     {"--step-log", "FILE", nullptr, "write one line per engine step (rows, sequences, forward time)"},
     {"--json", nullptr, nullptr, "one JSON object on stdout"},
 };
@@ -107,6 +107,8 @@ int cmd_bench_serve(int argc, char** argv) {
   infer_engine_params ep;
   infer_engine_params_init(&ep);
   apply_kv_flags(a, ep);
+  std::string spec_layers;
+  apply_spec_flags(a, ep, spec_layers);
   ep.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
   ep.max_seqs = static_cast<int32_t>(a.get_int("--max-seqs", 16, 1, 65536));
   ep.max_batch_tokens = static_cast<int32_t>(a.get_int("--max-batch-tokens", 512, 1, 1 << 20));

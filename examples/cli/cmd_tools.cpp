@@ -59,7 +59,7 @@ const FlagTable kBenchFlags = kModelFlags + FlagTable{
     {"-t, --threads", "N", "2", "compute threads (0: all cores)"},
     {"-r, --reps", "N", "3", "repetitions (the best counts)"},
     {"--batch", "B1,B2,...", "1", "sequences decoded together; one measurement per size"},
-} + kKvFlags + FlagTable{
+} + kKvFlags + kSpecFlags + FlagTable{
     {"--json", nullptr, nullptr, "one JSON object per batch size on stdout"},
 };
 
@@ -81,6 +81,8 @@ int cmd_bench(int argc, char** argv) {
   infer_engine_params ep;
   infer_engine_params_init(&ep);
   apply_kv_flags(a, ep);
+  std::string spec_layers;
+  apply_spec_flags(a, ep, spec_layers);
   infer_bench_params base;
   infer_bench_params_init(&base);
   base.n_prompt = static_cast<int32_t>(a.get_int("-p", 64, 1, 1 << 20));

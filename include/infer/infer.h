@@ -240,6 +240,17 @@ typedef enum infer_policy {
   INFER_POLICY_FORCE_32BIT = 0x7fffffff
 } infer_policy;
 
+/* Speculative decoding: cheap drafts of the next tokens, checked by the model
+ * in one batched step. Lossless: greedy output is the plain greedy output
+ * token for token, and sampled output has the model's own distribution. */
+typedef enum infer_spec_method {
+  INFER_SPEC_NONE = 0,
+  INFER_SPEC_NGRAM = 1,     /* prompt lookup: what followed the latest earlier occurrence of the
+                               last n tokens in the prompt and the output (no model) */
+  INFER_SPEC_LAYERSKIP = 2, /* self-speculative: the model itself with spec_skip_layers left out */
+  INFER_SPEC_FORCE_32BIT = 0x7fffffff
+} infer_spec_method;
+
 typedef struct infer_engine_params {
   uint32_t struct_size;
   int32_t n_threads;          /* default 0: all cores; at most 1024 */
@@ -262,6 +273,17 @@ typedef struct infer_engine_params {
                                    kernels' row tile, whose partly filled tiles cost about as much
                                    as full ones), trading a few steps of a short prompt's TTFT for
                                    throughput; default 0: 16; 1: off */
+  /* Since 1.1: */
+  infer_spec_method spec;       /* default NONE. Requests with log-probabilities, a grammar or
+                                   generated logits rows decode without speculation */
+  int32_t spec_k;               /* most draft tokens per sequence and step, default 4, in [1, 32];
+                                   each sequence adapts its own to its acceptance */
+  int32_t spec_ngram_max;       /* NGRAM: suffix lengths matched, longest first; default 3 */
+  int32_t spec_ngram_min;       /* default 1; 1 <= min <= max <= 64 */
+  int32_t spec_max_batch;       /* no drafting in a step where more sequences than this decode
+                                   (drafts then cost more than they save); default 4; 0: no limit */
+  const char *spec_skip_layers; /* LAYERSKIP: layers the draft leaves out, e.g. "4-17" or
+                                   "3,5,9-11" (copied; required for LAYERSKIP) */
 } infer_engine_params;
 
 INFER_API void infer_engine_params_init(infer_engine_params *params);
@@ -353,6 +375,8 @@ typedef struct infer_request_params {
                                    {"type": "object"}: any object). At most one of grammar and
                                    json_schema; an invalid one fails infer_submit with
                                    INVALID_ARGUMENT and a message that says where */
+  int32_t spec_max_draft;       /* default -1: the engine's speculative draft length; 0: this
+                                   request decodes without speculation; > 0: at most this many */
 } infer_request_params;
 
 INFER_API void infer_request_params_init(infer_request_params *params);
@@ -399,6 +423,13 @@ typedef struct infer_request_stats {
   double prefill_tokens_per_s; /* prompt tokens / prefill time */
   double decode_tokens_per_s;  /* generated tokens after the first / decode time */
   int32_t n_preemptions;       /* times the request was preempted (swapped or recomputed) */
+  /* Since 1.1, speculative decoding (all 0 when nothing was drafted): */
+  uint64_t draft_tokens;       /* draft tokens the model checked */
+  uint64_t accepted_tokens;    /* of which it accepted */
+  double acceptance_rate;      /* accepted_tokens / draft_tokens */
+  double mean_accepted_length; /* tokens emitted per verification step (accepted drafts + 1) */
+  uint64_t draft_tokens_at[16];    /* by position in the step's drafts (the last entry: 15 and up) */
+  uint64_t accepted_tokens_at[16];
 } infer_request_stats;
 
 INFER_API void infer_request_stats_init(infer_request_stats *stats);
@@ -481,6 +512,13 @@ typedef struct infer_engine_stats {
   uint64_t n_finished;          /* requests finished since creation */
   double uptime_s;              /* since creation */
   double generated_tokens_per_s; /* n_generated_tokens / uptime_s */
+  /* Since 1.1, speculative decoding over all requests (as in infer_request_stats): */
+  uint64_t draft_tokens;
+  uint64_t accepted_tokens;
+  double acceptance_rate;
+  double mean_accepted_length;
+  uint64_t draft_tokens_at[16];
+  uint64_t accepted_tokens_at[16];
 } infer_engine_stats;
 
 INFER_API void infer_engine_stats_init(infer_engine_stats *stats);

@@ -367,6 +367,15 @@ infer::EngineParams to_engine_params(const infer_engine_params* params) {
   ep.policy = static_cast<infer::SchedPolicy>(policy);
   ep.batch_timeout_ms = p.batch_timeout_ms;
   if (p.step_row_multiple != 0) ep.step_row_multiple = p.step_row_multiple;
+  const int64_t spec = infer::api::enum_value(p.spec);
+  if (spec != INFER_SPEC_NONE && spec != INFER_SPEC_NGRAM && spec != INFER_SPEC_LAYERSKIP)
+    infer::raise(infer::Status::InvalidArgument, "unknown speculative method %lld", static_cast<long long>(spec));
+  ep.spec = static_cast<infer::SpecMethod>(spec);
+  ep.spec_k = p.spec_k;
+  ep.spec_ngram_max = p.spec_ngram_max;
+  ep.spec_ngram_min = p.spec_ngram_min;
+  ep.spec_max_batch = p.spec_max_batch;
+  if (p.spec_skip_layers) ep.spec_skip_layers = p.spec_skip_layers;
   return ep;
 }
 
@@ -385,6 +394,13 @@ void infer_engine_params_init(infer_engine_params* p) {
   p->prefix_caching = 1;
   p->policy = INFER_POLICY_CONTINUOUS;
   p->batch_timeout_ms = 50;
+  const infer::EngineParams d;
+  p->spec = INFER_SPEC_NONE;
+  p->spec_k = d.spec_k;
+  p->spec_ngram_max = d.spec_ngram_max;
+  p->spec_ngram_min = d.spec_ngram_min;
+  p->spec_max_batch = d.spec_max_batch;
+  p->spec_skip_layers = nullptr;
 }
 
 infer_status infer_engine_create(const infer_model* model, const infer_engine_params* params, infer_engine** out) {
@@ -433,6 +449,7 @@ void infer_request_params_init(infer_request_params* p) {
   p->add_bos = -1;
   p->max_tokens = 256;
   p->logprobs = -1;
+  p->spec_max_draft = -1;
 }
 
 namespace {
@@ -499,6 +516,7 @@ infer::RequestParams to_request_params(infer_engine* engine, const infer_request
   rp.prefix_cache = p.no_prefix_cache == 0;
   rp.priority = p.priority;
   rp.cache_salt = p.cache_salt;
+  rp.spec_max_draft = p.spec_max_draft;
   if (p.on_token) rp.on_token = token_callback(cb);
   if (p.logprobs < -1 || p.logprobs > 100)
     infer::raise(infer::Status::InvalidArgument, "infer_submit: logprobs must be -1 (off) or in [0, 100] (got %d)", p.logprobs);
@@ -647,6 +665,14 @@ infer_status infer_request_get_stats(const infer_request* request, infer_request
     o.tpot_ms = m.tpot_ms;
     o.decode_tokens_per_s = m.decode_tokens_per_s;
     o.total_ms = m.total_ms;
+    o.draft_tokens = m.spec.drafted;
+    o.accepted_tokens = m.spec.accepted;
+    o.acceptance_rate = m.spec.acceptance_rate();
+    o.mean_accepted_length = m.spec.mean_accepted_length();
+    for (int i = 0; i < 16; ++i) {
+      o.draft_tokens_at[i] = m.spec.drafted_at[i];
+      o.accepted_tokens_at[i] = m.spec.accepted_at[i];
+    }
     return write_out(stats, o);
   });
 }
@@ -820,6 +846,14 @@ infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_sta
     o.n_finished = s.n_finished;
     o.uptime_s = s.uptime_s;
     o.generated_tokens_per_s = s.uptime_s > 0 ? s.n_generated_tokens / s.uptime_s : 0;
+    o.draft_tokens = s.spec.drafted;
+    o.accepted_tokens = s.spec.accepted;
+    o.acceptance_rate = s.spec.acceptance_rate();
+    o.mean_accepted_length = s.spec.mean_accepted_length();
+    for (int i = 0; i < 16; ++i) {
+      o.draft_tokens_at[i] = s.spec.drafted_at[i];
+      o.accepted_tokens_at[i] = s.spec.accepted_at[i];
+    }
     return write_out(stats, o);
   });
 }

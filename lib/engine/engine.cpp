@@ -141,6 +141,8 @@ std::shared_ptr<Sequence> Engine::make_sequence(RequestParams& p) {
     raise(Status::OutOfMemory, "the prompt needs %lld KV blocks but the cache has only %d", static_cast<long long>(need),
           kv_->n_blocks_total());
   if (p.logits & ~7u) raise(Status::InvalidArgument, "unknown logits flags 0x%x", p.logits);
+  if (p.spec_max_draft < -1 || p.spec_max_draft > 32)
+    raise(Status::InvalidArgument, "spec_max_draft %d is out of range [-1, 32]", p.spec_max_draft);
   p.sampling.validate(n_vocab);
   auto req = std::make_shared<Request>(next_id_.fetch_add(1), std::move(p), model_.tokenizer());
   auto seq = std::make_shared<Sequence>(std::move(req), n_vocab);
@@ -148,9 +150,10 @@ std::shared_ptr<Sequence> Engine::make_sequence(RequestParams& p) {
   // rule alone: requests that store generated logits, report log-probabilities
   // or are grammar-constrained decode one token per step.
   const RequestParams& rp = seq->request().params();
-  if ((drafter_ || !skip_layers_.empty()) && !(rp.logits & kLogitsGenerated) && rp.sampling.logprobs < 0 && !rp.sampling.grammar) {
+  if ((drafter_ || !skip_layers_.empty()) && rp.spec_max_draft != 0 && !(rp.logits & kLogitsGenerated) &&
+      rp.sampling.logprobs < 0 && !rp.sampling.grammar) {
     seq->speculates = true;
-    seq->draft_len = DraftLength(params_.spec_k);
+    seq->draft_len = DraftLength(rp.spec_max_draft > 0 ? std::min(rp.spec_max_draft, params_.spec_k) : params_.spec_k);
     seq->spec_rng.seed(rp.sampling.seed ^ 0x9e3779b97f4a7c15ull);
   }
   return seq;
@@ -399,6 +402,7 @@ size_t Engine::verify(const StepPlan& plan, size_t first) {
   s.n_computed += accepted;
   s.spec.add_step(n, accepted);
   stats_.spec.add_step(n, accepted);
+  r.note_spec_step(n, accepted);
   s.draft_len.update(n, accepted);
   s.draft.clear();
   sched_.rolled_back(s);

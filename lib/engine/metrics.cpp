@@ -15,6 +15,7 @@ RequestMetrics request_metrics(const Request& r, Clock::time_point now) {
   m.n_cached = r.n_cached();
   m.n_generated = r.n_generated();
   m.n_preemptions = r.n_preemptions();
+  m.spec = r.spec();
   if (t.scheduled) m.queue_ms = ms(t.submit, t.first_scheduled);
   if (m.n_generated > 0) {
     m.ttft_ms = ms(t.submit, t.first_token);

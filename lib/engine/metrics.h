@@ -17,6 +17,7 @@ struct RequestMetrics {
   int32_t n_prompt = 0, n_cached = 0, n_generated = 0, n_preemptions = 0;
   double queue_ms = 0, ttft_ms = 0, tpot_ms = 0, total_ms = 0;  // 0 where not (yet) defined
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
+  SpecCounters spec;  // speculative decoding (zero when it did not draft)
 };
 
 // The caller holds r.mutex() when another thread may be stepping the engine.

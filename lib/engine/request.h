@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/speculative.h"
 #include "sampling/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,6 +41,7 @@ struct RequestParams {
   int32_t priority = 0;      // higher runs first; FCFS among equals
   bool prefix_cache = true;  // look up / share this request's prompt blocks
   uint64_t cache_salt = 0;   // requests share cached blocks only with equal salts
+  int32_t spec_max_draft = -1;  // speculative decoding: -1 the engine's draft length, 0 off, > 0 at most this many
 };
 
 using Clock = std::chrono::steady_clock;
@@ -76,6 +78,8 @@ class Request {
   const RequestTimes& times() const { return times_; }
   int32_t n_cached() const { return n_cached_; }
   int32_t n_preemptions() const { return n_preemptions_; }
+  // Speculative decoding's counters for this request (under mutex()).
+  const SpecCounters& spec() const { return spec_; }
   // Per generated token, when params().sampling.logprobs >= 0.
   const std::vector<TokenLogprobs>& logprobs() const { return logprobs_; }
   void request_cancel() { cancel_.store(true, std::memory_order_relaxed); }
@@ -105,6 +109,10 @@ class Request {
   void copy_prompt_outputs(const Request& leader);
   void mark_scheduled(int32_t n_cached);
   void note_preemption() { ++n_preemptions_; }
+  void note_spec_step(int32_t drafted, int32_t accepted) {
+    std::lock_guard<std::mutex> lock(mu_);
+    spec_.add_step(drafted, accepted);
+  }
 
  private:
   // Emits held-back text (end of the request).
@@ -124,6 +132,7 @@ class Request {
   std::vector<TokenLogprobs> logprobs_;
   int32_t n_cached_ = 0;         // prompt tokens found in the prefix cache (first admission)
   int32_t n_preemptions_ = 0;
+  SpecCounters spec_;
 
   FinishReason finish_ = FinishReason::None;
   Status status_ = Status::Ok;

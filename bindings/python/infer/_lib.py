@@ -47,7 +47,9 @@ class EngineParams(Structure):
                 ("max_seqs", c_int32), ("max_batch_tokens", c_int32), ("n_ctx", c_int32),
                 ("prefix_caching", c_int32), ("host_kv_budget_bytes", c_uint64),
                 ("policy", c_enum), ("batch_timeout_ms", c_double),
-                ("step_row_multiple", c_int32)]
+                ("step_row_multiple", c_int32),
+                ("spec", c_enum), ("spec_k", c_int32), ("spec_ngram_max", c_int32),  # 1.1
+                ("spec_ngram_min", c_int32), ("spec_max_batch", c_int32), ("spec_skip_layers", c_char_p)]
 
 
 class SamplingParams(Structure):
@@ -71,7 +73,8 @@ class RequestParams(Structure):
                 ("on_token", c_void_p),  # never set from Python: no callbacks on the engine thread
                 ("user_data", c_void_p), ("logits", c_uint32), ("no_prefix_cache", c_int32),
                 ("cache_salt", c_uint64), ("priority", c_int32),
-                ("logprobs", c_int32), ("grammar", c_char_p), ("json_schema", c_char_p)]  # 1.1
+                ("logprobs", c_int32), ("grammar", c_char_p), ("json_schema", c_char_p),  # 1.1
+                ("spec_max_draft", c_int32)]
 
 
 class RequestStatsC(Structure):
@@ -80,7 +83,10 @@ class RequestStatsC(Structure):
                 ("n_generated_tokens", c_int32), ("queue_ms", c_double), ("ttft_ms", c_double),
                 ("tpot_ms", c_double), ("total_ms", c_double),
                 ("prefill_tokens_per_s", c_double), ("decode_tokens_per_s", c_double),
-                ("n_preemptions", c_int32)]
+                ("n_preemptions", c_int32),
+                ("draft_tokens", c_uint64), ("accepted_tokens", c_uint64),  # 1.1
+                ("acceptance_rate", c_double), ("mean_accepted_length", c_double),
+                ("draft_tokens_at", c_uint64 * 16), ("accepted_tokens_at", c_uint64 * 16)]
 
 
 class EngineStatsC(Structure):
@@ -94,7 +100,10 @@ class EngineStatsC(Structure):
                 ("prefix_query_tokens", c_uint64), ("prefix_hit_tokens", c_uint64),
                 ("n_preemptions", c_uint64), ("kv_evictions", c_uint64), ("kv_type", c_enum),
                 ("n_finished", c_uint64), ("uptime_s", c_double),
-                ("generated_tokens_per_s", c_double)]
+                ("generated_tokens_per_s", c_double),
+                ("draft_tokens", c_uint64), ("accepted_tokens", c_uint64),  # 1.1
+                ("acceptance_rate", c_double), ("mean_accepted_length", c_double),
+                ("draft_tokens_at", c_uint64 * 16), ("accepted_tokens_at", c_uint64 * 16)]
 
 
 class ChatMessageC(Structure):

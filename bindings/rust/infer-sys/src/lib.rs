@@ -47,6 +47,10 @@ pub type infer_policy = i32;
 pub const INFER_POLICY_CONTINUOUS: infer_policy = 0;
 pub const INFER_POLICY_STATIC: infer_policy = 1;
 pub const INFER_POLICY_DYNAMIC: infer_policy = 2;
+pub type infer_spec_method = i32;
+pub const INFER_SPEC_NONE: infer_spec_method = 0;
+pub const INFER_SPEC_NGRAM: infer_spec_method = 1;
+pub const INFER_SPEC_LAYERSKIP: infer_spec_method = 2;
 
 pub type infer_finish_reason = i32;
 pub const INFER_FINISH_NONE: infer_finish_reason = 0;
@@ -154,6 +158,13 @@ pub struct infer_engine_params {
     pub policy: infer_policy,
     pub batch_timeout_ms: c_double,
     pub step_row_multiple: i32,
+    // 1.1
+    pub spec: infer_spec_method,
+    pub spec_k: i32,
+    pub spec_ngram_max: i32,
+    pub spec_ngram_min: i32,
+    pub spec_max_batch: i32,
+    pub spec_skip_layers: *const c_char,
 }
 
 #[repr(C)]
@@ -199,6 +210,7 @@ pub struct infer_request_params {
     pub logprobs: i32,
     pub grammar: *const c_char,
     pub json_schema: *const c_char,
+    pub spec_max_draft: i32,
 }
 
 /// A token and its log-probability (1.1; a plain struct, used in arrays).
@@ -225,6 +237,13 @@ pub struct infer_request_stats {
     pub prefill_tokens_per_s: c_double,
     pub decode_tokens_per_s: c_double,
     pub n_preemptions: i32,
+    // 1.1
+    pub draft_tokens: u64,
+    pub accepted_tokens: u64,
+    pub acceptance_rate: c_double,
+    pub mean_accepted_length: c_double,
+    pub draft_tokens_at: [u64; 16],
+    pub accepted_tokens_at: [u64; 16],
 }
 
 #[repr(C)]
@@ -253,6 +272,13 @@ pub struct infer_engine_stats {
     pub n_finished: u64,
     pub uptime_s: c_double,
     pub generated_tokens_per_s: c_double,
+    // 1.1
+    pub draft_tokens: u64,
+    pub accepted_tokens: u64,
+    pub acceptance_rate: c_double,
+    pub mean_accepted_length: c_double,
+    pub draft_tokens_at: [u64; 16],
+    pub accepted_tokens_at: [u64; 16],
 }
 
 #[repr(C)]
@@ -587,21 +613,24 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
         layout!(infer_tensor_info { struct_size, name, type_ = "type", n_dims, dims, n_bytes }),
         layout!(infer_engine_params { struct_size, n_threads, kv_budget_bytes, kv_blocks, kv_block_size,
             kv_type, max_seqs, max_batch_tokens, n_ctx, prefix_caching, host_kv_budget_bytes, policy,
-            batch_timeout_ms, step_row_multiple }),
+            batch_timeout_ms, step_row_multiple, spec, spec_k, spec_ngram_max, spec_ngram_min, spec_max_batch,
+            spec_skip_layers }),
         layout!(infer_sampling_params { struct_size, temperature, top_k, top_p, min_p, repeat_penalty,
             frequency_penalty, presence_penalty, penalty_last_n, seed, logit_bias_tokens,
             logit_bias_values, n_logit_bias }),
         layout!(infer_request_params { struct_size, prompt, prompt_len, prompt_tokens, n_prompt_tokens,
             add_bos, parse_special, max_tokens, sampling, stop, n_stop, ignore_eos, on_token, user_data,
-            logits, no_prefix_cache, cache_salt, priority, logprobs, grammar, json_schema }),
+            logits, no_prefix_cache, cache_salt, priority, logprobs, grammar, json_schema, spec_max_draft }),
         layout!(infer_request_stats { struct_size, finish_reason, status, n_prompt_tokens, n_cached_tokens,
             n_generated_tokens, queue_ms, ttft_ms, tpot_ms, total_ms, prefill_tokens_per_s,
-            decode_tokens_per_s, n_preemptions }),
+            decode_tokens_per_s, n_preemptions, draft_tokens, accepted_tokens, acceptance_rate,
+            mean_accepted_length, draft_tokens_at, accepted_tokens_at }),
         layout!(infer_engine_stats { struct_size, n_running, n_waiting, kv_blocks_total, kv_blocks_used,
             kv_block_size, kv_bytes_total, kv_bytes_used, n_steps, n_prompt_tokens, n_generated_tokens,
             kv_blocks_free, kv_blocks_cached, host_kv_blocks_total, host_kv_blocks_used,
             prefix_query_tokens, prefix_hit_tokens, n_preemptions, kv_evictions, kv_type, n_finished,
-            uptime_s, generated_tokens_per_s }),
+            uptime_s, generated_tokens_per_s, draft_tokens, accepted_tokens, acceptance_rate,
+            mean_accepted_length, draft_tokens_at, accepted_tokens_at }),
         layout!(infer_chat_message { role, content }),
         layout!(infer_quantize_params { struct_size, type_ = "type", group_size, method, calib_text,
             n_threads, calib_ctx, max_calib_tokens, gptq_damp, act_order, progress, note, user_data }),
