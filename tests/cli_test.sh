@@ -235,6 +235,15 @@ for spec in ngram ngram:2 layerskip:4 layerskip:1-2; do
   expect_ok "run --spec $spec"
   starts_with "run --spec $spec: the plain greedy text" "$OUT" "$REF/stories260K-once.txt" 100
 done
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 64 --draft "$MODEL"
+expect_ok "run --draft (the model as its own draft)"
+starts_with "run --draft: the plain greedy text" "$OUT" "$REF/stories260K-once.txt" 100
+if [ -e "$SHARED/models/llama-2-tiny-random.gguf" ]; then
+  run_cli run -m "$MODEL" -p "Once" -n 4 --draft "$SHARED/models/llama-2-tiny-random.gguf"
+  expect_error "run --draft with another vocabulary is refused"
+fi
+run_cli run -m "$MODEL" -p "Once" -n 4 --draft "$MODEL" --spec ngram
+expect_error "run --draft with --spec is refused"
 run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 64 --spec ngram --json
 expect_ok "run --spec ngram --json"
 verify "run --spec --json: the speculative counters" keys "$OUT" draft_tokens accepted_tokens acceptance_rate mean_accepted_length

@@ -97,6 +97,30 @@ TEST_CASE("C API: speculative decoding parameters, per-request cap and counters"
     CHECK(spec[2].stats.draft_tokens_at[1] == 0);  // never more than one draft per step
   }
 
+  // A draft model (the target itself: every draft agrees).
+  {
+    infer_model* d = nullptr;
+    REQUIRE(infer_model_load(path.c_str(), nullptr, &d) == INFER_OK);
+    infer_engine_params sp = ep;
+    sp.spec = INFER_SPEC_DRAFT;
+    sp.draft_model = d;
+    const std::vector<Out> spec = run(m, sp, {-1, 0});
+    for (size_t i = 0; i < spec.size(); ++i) CHECK(spec[i].tokens == plain[i].tokens);
+    CHECK(spec[0].stats.draft_tokens > 0);
+    CHECK(spec[0].stats.accepted_tokens == spec[0].stats.draft_tokens);
+    CHECK(spec[1].stats.draft_tokens == 0);
+    infer_model_free(d);
+    REQUIRE_SHARED(other, "models/llama-2-tiny-random.gguf");
+    REQUIRE(infer_model_load(other.c_str(), nullptr, &d) == INFER_OK);
+    sp.draft_model = d;
+    infer_engine* e = nullptr;
+    CHECK(infer_engine_create(m, &sp, &e) == INFER_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(infer_last_error()).find("vocabulary") != std::string::npos);
+    sp.draft_model = nullptr;
+    CHECK(infer_engine_create(m, &sp, &e) == INFER_ERR_INVALID_ARGUMENT);
+    infer_model_free(d);
+  }
+
   // Refusals, and the engine stays usable.
   infer_engine* e = nullptr;
   infer_engine_params bad = ep;

@@ -292,3 +292,50 @@ TEST_CASE("speculative engine: sampled tokens keep the model's distribution", "[
     CHECK(chi < chi_square_critical_001(df));
   }
 }
+
+TEST_CASE("speculative engine: a draft model gives the plain greedy tokens", "[spec_engine]") {
+  NEED_MODEL(model);
+  auto draft = infer_test::stories260k();  // the same model: every draft is accepted
+  auto other = infer_test::stories_xs();   // a different model, same vocabulary? (checked below)
+  EngineParams plain;
+  plain.block_size = 4;
+  EngineParams spec = plain;
+  spec.spec = SpecMethod::Draft;
+  spec.draft_model = draft.get();
+  spec.spec_max_batch = 0;
+  const Run a = generate(*model, kPrompts, 48, plain);
+  const Run b = generate(*model, kPrompts, 48, spec);
+  CHECK(b.out == a.out);
+  CHECK(b.spec.drafted > 0);
+  CHECK(b.spec.accepted == b.spec.drafted);  // the target as its own draft agrees everywhere
+  spec.spec_k = 7;
+  spec.kv_blocks = plain.kv_blocks = 40;  // preemption: the draft cache follows
+  CHECK(generate(*model, kPrompts, 64, spec).out == generate(*model, kPrompts, 64, plain).out);
+  spec.kv_blocks = plain.kv_blocks = 0;
+  // A different model as the draft: fewer accepted, same output.
+  if (other && other->tokenizer().n_vocab() == model->tokenizer().n_vocab()) {
+    bool same_vocab = true;
+    try {
+      check_draft_vocab(model->tokenizer(), other->tokenizer());
+    } catch (const Error&) {
+      same_vocab = false;
+    }
+    if (same_vocab) {
+      spec.draft_model = other.get();
+      const Run c = generate(*model, kPrompts, 48, spec);
+      CHECK(c.out == a.out);
+      CHECK(c.spec.accepted < c.spec.drafted);
+    }
+  }
+  // Sampling with a draft model: reproducible, right lengths.
+  spec.draft_model = draft.get();
+  const Run s1 = generate(*model, kPrompts, 30, spec, 0.8f), s2 = generate(*model, kPrompts, 30, spec, 0.8f);
+  CHECK(s1.out == s2.out);
+  for (const auto& o : s1.out) CHECK(o.size() == 30);
+  // No draft model, or one with another vocabulary: refused, naming the difference.
+  spec.draft_model = nullptr;
+  REQUIRE_THROWS_AS(Engine(*model, spec), Error);
+  auto tiny = infer::Model::load(infer_test::shared_file("models/llama-2-tiny-random.gguf"));
+  spec.draft_model = tiny.get();
+  REQUIRE_THROWS_WITH(Engine(*model, spec), Catch::Contains("vocabulary has 32000 tokens"));
+}

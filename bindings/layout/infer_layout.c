@@ -66,6 +66,7 @@ int main(void) {
   F(infer_engine_params, spec_ngram_min);
   F(infer_engine_params, spec_max_batch);
   F(infer_engine_params, spec_skip_layers);
+  F(infer_engine_params, draft_model);
   S(infer_sampling_params);
   F(infer_sampling_params, struct_size);
   F(infer_sampling_params, temperature);

@@ -319,6 +319,7 @@ inline const FlagTable kSpecFlags = {
     {"--spec", "ngram[:N]|layerskip:LAYERS", "off",
      "speculative decoding: n-gram prompt lookup (suffixes of up to N tokens, default 3), or the model with "
      "LAYERS left out as its own draft (e.g. layerskip:4-17)"},
+    {"--draft", "MODEL", nullptr, "speculative decoding with MODEL (same vocabulary, smaller) as the draft"},
     {"--spec-k", "K", "4", "most draft tokens per sequence and step, in [1, 32]"},
     {"--spec-max-batch", "N", "4", "no drafting while more than N sequences decode (0: always draft)"},
 };
@@ -348,11 +349,31 @@ inline void apply_kv_flags(const Args& a, infer_engine_params& ep) {
   ep.prefix_caching = a.flag("--no-prefix-cache") ? 0 : 1;
 }
 
+// The draft model of --draft, loaded after the arguments are checked.
+struct DraftModel {
+  infer_model* m = nullptr;
+  ~DraftModel() { infer_model_free(m); }
+};
+
+// Loads the model of --draft (after every argument was checked).
+inline void load_draft(const Args& a, infer_engine_params& ep, DraftModel& draft) {
+  if (!a.has("--draft") || draft.m) return;
+  check(infer_model_load(a.get("--draft").c_str(), nullptr, &draft.m), "loading the draft model");
+  ep.draft_model = draft.m;
+}
+
 // --spec and friends; `layers` keeps the layer list alive until the engine
-// is created (it copies it).
-inline void apply_spec_flags(const Args& a, infer_engine_params& ep, std::string& layers) {
+// is created (it copies it). --draft loads its model into `draft` (call it
+// after every other argument is checked).
+inline void apply_spec_flags(const Args& a, infer_engine_params& ep, std::string& layers, DraftModel* draft = nullptr) {
   ep.spec_k = static_cast<int32_t>(a.get_int("--spec-k", 4, 1, 32));
   ep.spec_max_batch = static_cast<int32_t>(a.get_int("--spec-max-batch", 4, 0, 1 << 20));
+  if (a.has("--draft")) {
+    if (a.has("--spec")) throw UsageError{"give only one of --draft and --spec"};
+    ep.spec = INFER_SPEC_DRAFT;
+    if (draft) load_draft(a, ep, *draft);
+    return;
+  }
   if (!a.has("--spec")) return;
   const std::string s = a.get("--spec", "");
   if (s == "ngram" || s.rfind("ngram:", 0) == 0) {

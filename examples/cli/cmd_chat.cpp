@@ -73,7 +73,9 @@ int cmd_chat(int argc, char** argv) {
   ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
   apply_kv_flags(a, ep);
   std::string spec_layers;
+  DraftModel draft;
   apply_spec_flags(a, ep, spec_layers);
+  load_draft(a, ep, draft);
   Model model(model_path(a), backend_flag(a));
 
   // The template: given by name, else the model's own, else chatml (with a notice).

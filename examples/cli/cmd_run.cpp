@@ -50,6 +50,7 @@ int cmd_run(int argc, char** argv) {
   ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
   apply_kv_flags(a, ep);
   std::string spec_layers;
+  DraftModel draft;
   apply_spec_flags(a, ep, spec_layers);
   const bool json = a.flag("--json"), quiet = a.flag("--quiet");
   std::string prompt;
@@ -77,6 +78,7 @@ int cmd_run(int argc, char** argv) {
     if (st != INFER_OK && st != INFER_ERR_BUFFER_TOO_SMALL) throw UsageError{std::string("--json-schema: ") + infer_last_error()};
   }
 
+  load_draft(a, ep, draft);
   Model model(model_path(a), backend_flag(a));
   Engine engine(model.m, ep);
   infer_model_info info;

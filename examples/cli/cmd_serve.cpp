@@ -108,7 +108,8 @@ int cmd_bench_serve(int argc, char** argv) {
   infer_engine_params_init(&ep);
   apply_kv_flags(a, ep);
   std::string spec_layers;
-  apply_spec_flags(a, ep, spec_layers);
+  DraftModel draft;
+  apply_spec_flags(a, ep, spec_layers, &draft);
   ep.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
   ep.max_seqs = static_cast<int32_t>(a.get_int("--max-seqs", 16, 1, 65536));
   ep.max_batch_tokens = static_cast<int32_t>(a.get_int("--max-batch-tokens", 512, 1, 1 << 20));

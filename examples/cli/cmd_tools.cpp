@@ -82,7 +82,8 @@ int cmd_bench(int argc, char** argv) {
   infer_engine_params_init(&ep);
   apply_kv_flags(a, ep);
   std::string spec_layers;
-  apply_spec_flags(a, ep, spec_layers);
+  DraftModel draft;
+  apply_spec_flags(a, ep, spec_layers, &draft);
   infer_bench_params base;
   infer_bench_params_init(&base);
   base.n_prompt = static_cast<int32_t>(a.get_int("-p", 64, 1, 1 << 20));

@@ -248,6 +248,7 @@ typedef enum infer_spec_method {
   INFER_SPEC_NGRAM = 1,     /* prompt lookup: what followed the latest earlier occurrence of the
                                last n tokens in the prompt and the output (no model) */
   INFER_SPEC_LAYERSKIP = 2, /* self-speculative: the model itself with spec_skip_layers left out */
+  INFER_SPEC_DRAFT = 3,     /* a smaller draft_model with the same vocabulary (its own KV cache) */
   INFER_SPEC_FORCE_32BIT = 0x7fffffff
 } infer_spec_method;
 
@@ -284,6 +285,9 @@ typedef struct infer_engine_params {
                                    (drafts then cost more than they save); default 4; 0: no limit */
   const char *spec_skip_layers; /* LAYERSKIP: layers the draft leaves out, e.g. "4-17" or
                                    "3,5,9-11" (copied; required for LAYERSKIP) */
+  const infer_model *draft_model; /* DRAFT: the draft model (required; the same vocabulary, checked:
+                                     INVALID_ARGUMENT names the first difference); it must
+                                     outlive the engine */
 } infer_engine_params;
 
 INFER_API void infer_engine_params_init(infer_engine_params *params);

@@ -368,7 +368,7 @@ infer::EngineParams to_engine_params(const infer_engine_params* params) {
   ep.batch_timeout_ms = p.batch_timeout_ms;
   if (p.step_row_multiple != 0) ep.step_row_multiple = p.step_row_multiple;
   const int64_t spec = infer::api::enum_value(p.spec);
-  if (spec != INFER_SPEC_NONE && spec != INFER_SPEC_NGRAM && spec != INFER_SPEC_LAYERSKIP)
+  if (spec != INFER_SPEC_NONE && spec != INFER_SPEC_NGRAM && spec != INFER_SPEC_LAYERSKIP && spec != INFER_SPEC_DRAFT)
     infer::raise(infer::Status::InvalidArgument, "unknown speculative method %lld", static_cast<long long>(spec));
   ep.spec = static_cast<infer::SpecMethod>(spec);
   ep.spec_k = p.spec_k;
@@ -376,6 +376,7 @@ infer::EngineParams to_engine_params(const infer_engine_params* params) {
   ep.spec_ngram_min = p.spec_ngram_min;
   ep.spec_max_batch = p.spec_max_batch;
   if (p.spec_skip_layers) ep.spec_skip_layers = p.spec_skip_layers;
+  if (p.draft_model) ep.draft_model = p.draft_model->model.get();
   return ep;
 }
 

@@ -28,7 +28,8 @@ void EngineParams::validate() const {
     raise(Status::InvalidArgument, "batch_timeout_ms must be in [0, 3600000]");
   if (step_row_multiple < 0 || step_row_multiple > 4096)
     raise(Status::InvalidArgument, "step_row_multiple %d is out of range [0, 4096]", step_row_multiple);
-  if (spec != SpecMethod::None && spec != SpecMethod::Ngram && spec != SpecMethod::LayerSkip)
+  if (spec != SpecMethod::None && spec != SpecMethod::Ngram && spec != SpecMethod::LayerSkip &&
+      spec != SpecMethod::Draft)
     raise(Status::InvalidArgument, "unknown speculative method %d", static_cast<int>(spec));
   if (spec_k < 1 || spec_k > 32) raise(Status::InvalidArgument, "spec_k %d is out of range [1, 32]", spec_k);
   if (spec_ngram_min < 1 || spec_ngram_max < spec_ngram_min || spec_ngram_max > 64)
@@ -106,6 +107,26 @@ Engine::Engine(const Model& model, const EngineParams& params)
       raise(Status::InvalidArgument, "layer-skip speculation needs the layers to skip (e.g. \"4-17\")");
     skip_layers_ = parse_layer_list(params.spec_skip_layers, model.config().n_layer);
   }
+  if (params.spec == SpecMethod::Draft) {
+    const Model* d = params.draft_model;
+    if (!d) raise(Status::InvalidArgument, "draft-model speculation needs a draft model");
+    if (d->vocab_only()) raise(Status::InvalidArgument, "the draft model was loaded vocab_only: it cannot run");
+    check_draft_vocab(model.tokenizer(), d->tokenizer());
+    // Room for every sequence's whole context plus its drafts, within 256 MiB.
+    KvLayout layout = d->kv_layout();
+    layout.block_size = params.block_size;
+    layout.type = params.kv_type;
+    const uint64_t per_block = std::max<uint64_t>(1, layout.block_bytes());
+    const uint64_t per_seq = (static_cast<uint64_t>(n_ctx_) + params.spec_k + params.block_size) / params.block_size;
+    uint64_t n = static_cast<uint64_t>(params.max_seqs) * per_seq;
+    n = std::max<uint64_t>(1, std::min<uint64_t>({n, (256ull << 20) / per_block, 1u << 30}));
+    layout.n_blocks = static_cast<int>(n);
+    layout.n_host_blocks = 0;
+    Backend* be = backend_.get();
+    draft_kv_ = std::make_unique<KvCache>(layout, [be](const KvLayout& l, int nb, KvTier tier) {
+      return be->make_kv_memory(l, nb, tier);
+    });
+  }
   const KvLayout& layout = kv_->layout();
   log(LogLevel::Info, "engine: %d %s KV blocks of %d tokens (%.1f MiB), %d host blocks, n_ctx %d, %d threads",
       layout.n_blocks, kv_type_name(layout.type), layout.block_size, kv_->bytes_total() / 1048576.0,
@@ -150,7 +171,7 @@ std::shared_ptr<Sequence> Engine::make_sequence(RequestParams& p) {
   // rule alone: requests that store generated logits, report log-probabilities
   // or are grammar-constrained decode one token per step.
   const RequestParams& rp = seq->request().params();
-  if ((drafter_ || !skip_layers_.empty()) && rp.spec_max_draft != 0 && !(rp.logits & kLogitsGenerated) &&
+  if ((drafter_ || !skip_layers_.empty() || draft_kv_) && rp.spec_max_draft != 0 && !(rp.logits & kLogitsGenerated) &&
       rp.sampling.logprobs < 0 && !rp.sampling.grammar) {
     seq->speculates = true;
     seq->draft_len = DraftLength(rp.spec_max_draft > 0 ? std::min(rp.spec_max_draft, params_.spec_k) : params_.spec_k);
@@ -283,7 +304,9 @@ void Engine::draft() {
     p->draft.clear();
     if (p->on_device() && !p->done() && p->pending() == 1) ++decoding;
   }
-  if ((!drafter_ && skip_layers_.empty()) || (params_.spec_max_batch > 0 && decoding > params_.spec_max_batch)) return;
+  if ((!drafter_ && skip_layers_.empty() && !draft_kv_) ||
+      (params_.spec_max_batch > 0 && decoding > params_.spec_max_batch))
+    return;
   std::vector<Sequence*> model_seqs;
   std::vector<int32_t> model_k;
   for (const auto& p : sched_.running()) {
@@ -307,7 +330,89 @@ void Engine::draft() {
       model_k.push_back(k);
     }
   }
-  if (!model_seqs.empty()) draft_layerskip(model_seqs, model_k);
+  if (model_seqs.empty()) return;
+  if (draft_kv_) draft_model_step(model_seqs, model_k); else draft_layerskip(model_seqs, model_k);
+}
+
+bool Engine::draft_forward(const Batch& b) {
+  try {
+    draft_logits_.resize(b.logit_rows.size() * static_cast<size_t>(model_.config().n_vocab));
+    params_.draft_model->forward(b, *draft_kv_, *backend_, draft_ws_, draft_logits_.data());
+    return true;
+  } catch (const std::exception& e) {
+    log(LogLevel::Warn, "engine: the draft model failed (%s); decoding without drafts this step", e.what());
+    return false;
+  }
+}
+
+// The draft model keeps its own K/V for each sequence's tokens (its own slot
+// in draft_kv_). Pass 0 feeds every token the draft has not seen, always
+// including the last one, whose logits give the first draft; pass j feeds
+// draft j-1. A sequence whose draft cache has no room stops drafting (its
+// slot is given back, to be rebuilt later); a failure drops this step's
+// drafts. After verification the draft's K/V are kept for the accepted
+// drafts only (Engine::verify).
+void Engine::draft_model_step(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& k) {
+  const int32_t n_vocab = model_.config().n_vocab;
+  std::vector<uint8_t> active(seqs.size(), 0);
+  Batch b;
+  std::vector<size_t> who;
+  int32_t rows = 0;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = *seqs[i];
+    try {
+      if (s.draft_slot < 0) {
+        s.draft_kv = draft_kv_.get();
+        s.draft_slot = draft_kv_->add_sequence();
+        s.draft_computed = 0;
+      }
+      const int32_t from = std::min(s.draft_computed, s.n_tokens() - 1), to = s.n_tokens();
+      // A long catch-up (a new sequence's prompt) waits for a step with room.
+      if (rows > 0 && rows + (to - from) > params_.max_batch_tokens) continue;
+      if (!draft_kv_->reserve(s.draft_slot, to) || !draft_kv_->prepare_write(s.draft_slot, from, to)) {
+        s.release_draft_slot();
+        continue;
+      }
+      for (int32_t p = from; p < to; ++p) b.add(s.tokens()[p], p, s.draft_slot, p == to - 1);
+      rows += to - from;
+      who.push_back(i);
+      active[i] = 1;
+    } catch (const std::bad_alloc&) {
+      s.release_draft_slot();
+    }
+  }
+  if (who.empty() || !draft_forward(b)) return;
+  for (size_t r = 0; r < who.size(); ++r) {
+    Sequence& s = *seqs[who[r]];
+    s.draft_computed = s.n_tokens();
+    const float* lg = draft_logits_.data() + r * static_cast<size_t>(n_vocab);
+    s.draft.push_back(static_cast<int32_t>(std::max_element(lg, lg + n_vocab) - lg));
+  }
+  const int32_t max_k = *std::max_element(k.begin(), k.end());
+  for (int32_t j = 1; j < max_k; ++j) {
+    Batch d;
+    who.clear();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& s = *seqs[i];
+      if (!active[i] || k[i] <= j || static_cast<int32_t>(s.draft.size()) != j) continue;
+      const int32_t pos = s.n_tokens() - 1 + j;
+      bool room = false;
+      try {
+        room = draft_kv_->reserve(s.draft_slot, pos + 1) && draft_kv_->prepare_write(s.draft_slot, pos, pos + 1);
+      } catch (const std::bad_alloc&) {
+      }
+      if (!room) continue;
+      d.add(s.draft[j - 1], pos, s.draft_slot, true);
+      who.push_back(i);
+    }
+    if (who.empty() || !draft_forward(d)) break;
+    for (size_t r = 0; r < who.size(); ++r) {
+      const float* lg = draft_logits_.data() + r * static_cast<size_t>(n_vocab);
+      seqs[who[r]]->draft.push_back(static_cast<int32_t>(std::max_element(lg, lg + n_vocab) - lg));
+    }
+  }
+  for (Sequence* s : seqs)
+    if (s->draft.empty()) s->draft_len.update(0, 0);
 }
 
 // Draft position j of every sequence still drafting is one row of a forward
@@ -399,6 +504,17 @@ size_t Engine::verify(const StepPlan& plan, size_t first) {
     ended = !emit(s, v.token) || !v.accepted;
   }
   // Accepted drafts' K/V were computed at the right positions: they count.
+  // The draft model fed drafts 1..n-1 after the known tokens: the accepted
+  // ones among them stay in its cache.
+  if (s.draft_slot >= 0 && s.draft_computed >= s.n_computed) {
+    const int32_t fed = static_cast<int32_t>(s.draft.size()) - 1;
+    s.draft_computed = s.n_computed + std::max(0, std::min(accepted, fed));
+    try {
+      if (!s.done()) draft_kv_->truncate(s.draft_slot, s.draft_computed);
+    } catch (...) {
+      s.release_draft_slot();
+    }
+  }
   s.n_computed += accepted;
   s.spec.add_step(n, accepted);
   stats_.spec.add_step(n, accepted);

@@ -51,6 +51,7 @@ struct EngineParams {
   int32_t spec_ngram_max = 3;      // n-gram lengths matched, longest first
   int32_t spec_ngram_min = 1;
   std::string spec_skip_layers;    // LayerSkip: the layers the draft leaves out ("4-17", "3,5,9-11")
+  const Model* draft_model = nullptr;  // Draft: the draft model (same vocabulary; must outlive the engine)
   // No drafting in a step where more than this many sequences decode: a
   // larger batch already fills the matmul tiles drafts would have used, and
   // rejected drafts then cost real time (0: no limit). See bench/RESULTS.md.
@@ -121,6 +122,11 @@ class Engine {
   // LayerSkip: the drafts of `seqs` (k[i] tokens at most each), one batched
   // forward of the skipping model per draft position.
   void draft_layerskip(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& k);
+  // Draft model: each sequence's draft K/V catch up with its tokens, then one
+  // batched draft step per draft position.
+  void draft_model_step(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& k);
+  // A forward of the draft model; false (drafts dropped) when it fails.
+  bool draft_forward(const Batch& b);
   // Decides the drafts of the entry whose rows start at plan row `first`;
   // returns the number of rows it consumed.
   size_t verify(const StepPlan& plan, size_t first);
@@ -132,6 +138,8 @@ class Engine {
   ThreadPool pool_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<KvCache> draft_kv_;  // before sched_: sequences release their draft slots into it
+  Workspace draft_ws_;
   Scheduler sched_;
   Workspace ws_;
   std::unique_ptr<Drafter> drafter_;

@@ -11,6 +11,7 @@
 
 #include "engine/request.h"
 #include "engine/speculative.h"
+#include "kv/kv_cache.h"
 #include "sampling/sampler.h"
 
 namespace infer {
@@ -63,6 +64,24 @@ class Sequence {
   DraftLength draft_len{0};
   SpecCounters spec;
   std::mt19937_64 spec_rng;    // acceptance draws (seeded from the request's seed)
+  // Draft model: this sequence's slot in the draft model's KV cache and how
+  // many of its tokens have draft K/V there. Released with the sequence.
+  KvCache* draft_kv = nullptr;
+  int32_t draft_slot = -1;
+  int32_t draft_computed = 0;
+  void release_draft_slot() {
+    if (draft_kv && draft_slot >= 0) {
+      try {
+        draft_kv->remove_sequence(draft_slot);
+      } catch (...) {
+      }
+    }
+    draft_slot = -1;
+    draft_computed = 0;
+  }
+  ~Sequence() { release_draft_slot(); }
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
 
   // n > 1 samples of one prompt: the leader computes the prompt, then each
   // follower forks its KV (sharing every block) and samples on its own.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace infer {
 
@@ -11,6 +12,7 @@ const char* spec_method_name(SpecMethod m) {
     case SpecMethod::None: return "none";
     case SpecMethod::Ngram: return "ngram";
     case SpecMethod::LayerSkip: return "layerskip";
+    case SpecMethod::Draft: return "draft";
   }
   return "?";
 }
@@ -49,6 +51,25 @@ std::vector<uint8_t> parse_layer_list(const std::string& spec, int32_t n_layer) 
   if (std::all_of(skip.begin(), skip.end(), [](uint8_t f) { return f != 0; }))
     raise(Status::InvalidArgument, "layer list \"%s\" skips every layer", spec.c_str());
   return skip;
+}
+
+void check_draft_vocab(const Tokenizer& target, const Tokenizer& draft) {
+  const Vocab& a = target.vocab();
+  const Vocab& b = draft.vocab();
+  if (a.size() != b.size())
+    raise(Status::InvalidArgument, "the draft model's vocabulary has %d tokens, the model's %d", b.size(), a.size());
+  const struct {
+    const char* name;
+    int32_t x, y;
+  } ids[] = {{"BOS", a.bos, b.bos}, {"EOS", a.eos, b.eos}, {"EOT", a.eot, b.eot}, {"UNK", a.unk, b.unk},
+             {"PAD", a.pad, b.pad}};
+  for (const auto& s : ids)
+    if (s.x != s.y)
+      raise(Status::InvalidArgument, "the draft model's %s token is %d, the model's %d", s.name, s.y, s.x);
+  for (int32_t i = 0; i < a.size(); ++i)
+    if (a.tokens[static_cast<size_t>(i)] != b.tokens[static_cast<size_t>(i)])
+      raise(Status::InvalidArgument, "the draft model's token %d is \"%s\", the model's \"%s\"", i,
+            b.tokens[static_cast<size_t>(i)].c_str(), a.tokens[static_cast<size_t>(i)].c_str());
 }
 
 NgramDrafter::NgramDrafter(int32_t n_max, int32_t n_min) : n_max_(n_max), n_min_(n_min) {

@@ -31,17 +31,26 @@
 
 namespace infer {
 
+class Tokenizer;
+
 // Which drafter an engine speculates with.
 //  Ngram:     prompt lookup (NgramDrafter), no model;
 //  LayerSkip: the target itself with some layers left out (self-speculative:
-//             no extra weights; the skipped layers' residual passes through).
-enum class SpecMethod : int { None = 0, Ngram = 1, LayerSkip = 2 };
+//             no extra weights; the skipped layers' residual passes through);
+//  Draft:     a separate, smaller model with the same vocabulary and its own
+//             paged KV cache that follows each sequence.
+enum class SpecMethod : int { None = 0, Ngram = 1, LayerSkip = 2, Draft = 3 };
 const char* spec_method_name(SpecMethod m);
 
 // Parses a list of layers and ranges ("4-17", "3,5,9-11") into one flag per
 // layer. Error(InvalidArgument) naming the problem for bad syntax, layers
 // outside [0, n_layer), or a list that skips every layer.
 std::vector<uint8_t> parse_layer_list(const std::string& spec, int32_t n_layer);
+
+// A draft model must share the target's vocabulary: same size, same special
+// ids (BOS, EOS, EOT, UNK, PAD) and the same text for every token.
+// Error(InvalidArgument) naming the first difference otherwise.
+void check_draft_vocab(const Tokenizer& target, const Tokenizer& draft);
 
 class Drafter {
  public:

@@ -49,7 +49,8 @@ class EngineParams(Structure):
                 ("policy", c_enum), ("batch_timeout_ms", c_double),
                 ("step_row_multiple", c_int32),
                 ("spec", c_enum), ("spec_k", c_int32), ("spec_ngram_max", c_int32),  # 1.1
-                ("spec_ngram_min", c_int32), ("spec_max_batch", c_int32), ("spec_skip_layers", c_char_p)]
+                ("spec_ngram_min", c_int32), ("spec_max_batch", c_int32), ("spec_skip_layers", c_char_p),
+                ("draft_model", c_void_p)]
 
 
 class SamplingParams(Structure):

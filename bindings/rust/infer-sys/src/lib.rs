@@ -51,6 +51,7 @@ pub type infer_spec_method = i32;
 pub const INFER_SPEC_NONE: infer_spec_method = 0;
 pub const INFER_SPEC_NGRAM: infer_spec_method = 1;
 pub const INFER_SPEC_LAYERSKIP: infer_spec_method = 2;
+pub const INFER_SPEC_DRAFT: infer_spec_method = 3;
 
 pub type infer_finish_reason = i32;
 pub const INFER_FINISH_NONE: infer_finish_reason = 0;
@@ -165,6 +166,7 @@ pub struct infer_engine_params {
     pub spec_ngram_min: i32,
     pub spec_max_batch: i32,
     pub spec_skip_layers: *const c_char,
+    pub draft_model: *const infer_model,
 }
 
 #[repr(C)]
@@ -614,7 +616,7 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
         layout!(infer_engine_params { struct_size, n_threads, kv_budget_bytes, kv_blocks, kv_block_size,
             kv_type, max_seqs, max_batch_tokens, n_ctx, prefix_caching, host_kv_budget_bytes, policy,
             batch_timeout_ms, step_row_multiple, spec, spec_k, spec_ngram_max, spec_ngram_min, spec_max_batch,
-            spec_skip_layers }),
+            spec_skip_layers, draft_model }),
         layout!(infer_sampling_params { struct_size, temperature, top_k, top_p, min_p, repeat_penalty,
             frequency_penalty, presence_penalty, penalty_last_n, seed, logit_bias_tokens,
             logit_bias_values, n_logit_bias }),
