@@ -114,6 +114,28 @@ void panel_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
   }
 }
 
+// The same for m <= K::kRows (decode): all rows of x are one tile, whose
+// first row is the constant 0 (folded into the kernel's addressing, which
+// spares registers in its inner loop).
+template <class K>
+void panel_one_tile(const MatmulArgs& a, int64_t r0, int64_t r1) {
+  static_assert(kPanelRows % K::kCols == 0);
+  const Panels& P = *a.panels;
+  const int64_t n_out = a.w->n_out;
+  const int nx = static_cast<int>(a.m);
+  alignas(64) float out[K::kRows * K::kCols];
+  for (int64_t p = r0 / kPanelRows; p * kPanelRows < r1; ++p) {
+    const uint8_t* panel = P.panel(p);
+    for (int part = 0; part < kPanelRows / K::kCols; ++part) {
+      const int64_t c0 = p * kPanelRows + K::kCols * part;
+      if (c0 >= r1) break;
+      const int nc = static_cast<int>(std::min<int64_t>(K::kCols, r1 - c0));
+      with_rows<K::kRows>(nx, [&](auto NX) { K::template run<decltype(NX)::value>(P, panel, part, *a.qa, 0, out); });
+      K::store(out, nx, nc, a.y + c0, n_out);
+    }
+  }
+}
+
 // a without its first i0 rows of x (and of y and the int8 activations):
 // for a kernel that hands the rows it does not take to another one.
 inline MatmulArgs rows_from(const MatmulArgs& a, int64_t i0, QActs& qa) {

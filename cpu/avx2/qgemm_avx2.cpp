@@ -402,7 +402,8 @@ struct K8Full {
 // The panel kernel of a format for m rows of x.
 template <class Half, class Full>
 TileFn panels_for(int64_t m) {
-  return m <= 2 ? panel_tiles<Full> : panel_tiles<Half>;
+  static_assert(Full::kRows == 2);
+  return m <= 2 ? panel_one_tile<Full> : panel_tiles<Half>;
 }
 
 // ---- block formats in their file layout -------------------------------------------------
