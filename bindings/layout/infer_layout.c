@@ -188,6 +188,8 @@ int main(void) {
   F(infer_synth_params, progress);
   F(infer_synth_params, note);
   F(infer_synth_params, user_data);
+  F(infer_synth_params, grow_from);
+  F(infer_synth_params, noise);
   S(infer_perplexity_result);
   F(infer_perplexity_result, struct_size);
   F(infer_perplexity_result, perplexity);

@@ -97,6 +97,9 @@ int cmd_quantize(int argc, char** argv) {
 const FlagTable kSynthFlags = {
     {"--preset", "NAME", nullptr, "model shape: tinyllama-1.1b, llama-2-7b, llama-3-8b, tiny (--list)"},
     {"--type", "TYPE", "f16", "weight format (as for quantize)"},
+    {"--grow-from", "SMALL.gguf", nullptr,
+     "embed this small llama model in the preset's shape (the same function, zero padded), then add --noise"},
+    {"--noise", "S", "0", "with --grow-from: std of the Gaussian noise added to every matrix"},
     {"-o, --output", "OUT.gguf", nullptr, "the file to write (required)"},
     {"--group", "N", "128", "int4 group size"},
     {"--seed", "S", "1", "random seed of the weights"},
@@ -122,6 +125,10 @@ int cmd_synth(int argc, char** argv) {
   p.group_size = static_cast<int32_t>(a.get_int("--group", 128, 1, 1 << 20));
   p.seed = static_cast<uint64_t>(a.get_int("--seed", 1, 0, INT64_MAX));
   p.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
+  const std::string grow = a.get("--grow-from", "");
+  if (!grow.empty()) p.grow_from = grow.c_str();
+  p.noise = static_cast<float>(a.get_float("--noise", 0, 0, 1, "[0, 1]"));
+  if (a.has("--noise") && grow.empty()) throw UsageError{"--noise goes with --grow-from"};
   Progress prog;
   if (!a.flag("--quiet")) p.progress = Progress::cb;
   p.note = Progress::note;

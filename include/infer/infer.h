@@ -721,6 +721,12 @@ typedef struct infer_synth_params {
   infer_progress_fn progress;  /* may be NULL */
   infer_note_fn note;          /* may be NULL */
   void *user_data;             /* passed to progress and note */
+  /* Since 1.1: */
+  const char *grow_from;       /* default NULL. A small llama GGUF to embed in the preset's shape
+                                  (zero padding, the same function), with `noise` added to every
+                                  matrix: a large target that agrees with the small model as often
+                                  as the noise allows (speculative decoding benchmarks) */
+  float noise;                 /* grow_from: std of the Gaussian noise, in [0, 1]; default 0 */
 } infer_synth_params;
 
 INFER_API void infer_synth_params_init(infer_synth_params *params);

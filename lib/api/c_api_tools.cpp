@@ -124,7 +124,8 @@ infer_status infer_synth(const char* out_path, const infer_synth_params* params,
     o.n_threads = p.n_threads;
     if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
     if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.user_data); };
-    const uint64_t n = infer::write_synth_model(*preset, out_path, o);
+    const uint64_t n = p.grow_from ? infer::write_grown_model(p.grow_from, *preset, p.noise, out_path, o)
+                                   : infer::write_synth_model(*preset, out_path, o);
     if (file_bytes) *file_bytes = n;
     return INFER_OK;
   });

@@ -47,3 +47,25 @@ struct SynthOptions {
 uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const SynthOptions& o);
 
 }  // namespace infer
+
+namespace infer {
+
+// A large model that computes what a small trained one computes, plus noise:
+// the target of speculative decoding benchmarks (stories260K grown into
+// TinyLlama's shape costs TinyLlama's time per token while agreeing with
+// stories260K as often as the noise allows). The small model (GGUF, llama)
+// is embedded by zero padding: dims [0, d) of the residual stream; query head
+// h at the big head of the same GQA group ((h / g) * G + h % g, g and G the
+// group sizes); rotary pair p of a head at pair p * HD / hd (the same
+// frequency); Q scaled by sqrt(HD / hd) for the softmax scale; RMSNorm
+// weights scaled by sqrt(d / D) with epsilon scaled by d / D (exact for the
+// zero-padded stream); the small layers first, then layers whose output
+// projections are zero. Then Gaussian noise of std `noise` is added to every
+// element of every matrix (not the norms), seeded by o.seed. Needs the big
+// shape to hold the small one: d <= D, L <= L', ff <= FF, n_head_kv <=
+// n_head_kv', g <= G and hd dividing HD; the vocabulary (and its size) is
+// the small model's, whatever the preset says. Returns the file size.
+uint64_t write_grown_model(const std::string& small_path, const SynthPreset& shape, float noise,
+                           const std::string& path, const SynthOptions& o);
+
+}  // namespace infer

@@ -331,6 +331,9 @@ pub struct infer_synth_params {
     pub progress: infer_progress_fn,
     pub note: infer_note_fn,
     pub user_data: *mut c_void,
+    // 1.1
+    pub grow_from: *const c_char,
+    pub noise: f32,
 }
 
 #[repr(C)]
@@ -639,7 +642,7 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
         layout!(infer_quantize_result { struct_size, n_tensors, n_quantized, n_fallback, bytes_in,
             bytes_out }),
         layout!(infer_synth_params { struct_size, preset, type_ = "type", group_size, seed, n_threads,
-            progress, note, user_data }),
+            progress, note, user_data, grow_from, noise }),
         layout!(infer_perplexity_result { struct_size, perplexity, nll, n_tokens, n_chunks,
             kl_divergence, top1_agreement, base_perplexity }),
         layout!(infer_perplexity_params { struct_size, n_ctx, n_threads, base }),
