@@ -407,6 +407,7 @@ try:
     m = srv.metrics()
     need = ["infer_time_to_first_token_seconds_count", "infer_time_per_output_token_seconds_count", "infer_num_requests_waiting",
             "infer_num_requests_running", "infer_kv_cache_usage_ratio", "infer_prefix_cache_hit_rate",
+            "infer_spec_acceptance_rate", "infer_spec_draft_tokens_total",
             'infer_time_to_first_token_seconds_bucket{le="+Inf"}', "infer_generation_tokens_total"]
     check("/metrics: Prometheus text with TTFT/TPOT histograms, queue depth, KV usage, prefix-cache hit rate",
           all(k in m for k in need) and m["infer_time_to_first_token_seconds_count"] > 10 and m["infer_prefix_cache_hit_rate"] > 0,
@@ -420,7 +421,7 @@ try:
 finally:
     pass
 
-srv2 = Server("--api-key", "sekret", "--shutdown-timeout", "0.5", "-c", "2048")
+srv2 = Server("--api-key", "sekret", "--shutdown-timeout", "0.5", "-c", "2048", "--spec", "ngram")
 st, d = srv2.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})
 check("API key set: a request without it is a 401 with an error body", st == 401 and is_error_body(d) and d["error"]["type"] == "authentication_error", d)
 st, d = srv2.post("/v1/completions", {"prompt": "hi", "max_tokens": 2}, headers={"Authorization": "Bearer wrong"})
@@ -431,6 +432,14 @@ st, data, _ = srv2.request("GET", "/v1/models")
 check("API key set: /v1/models needs it too", st == 401, st)
 st, data, _ = srv2.request("GET", "/health")
 check("API key set: /health does not", st == 200, st)
+
+st, d = srv2.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0},
+                  headers={"Authorization": "Bearer sekret"})
+check("--spec ngram: greedy text unchanged", st == 200 and d["choices"][0]["text"] == text, (d, text))
+st, data, _ = srv2.request("GET", "/metrics", headers={"Authorization": "Bearer sekret"})
+m2 = {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in data.decode().splitlines() if l and not l.startswith("#")}
+check("--spec ngram: /metrics counts drafted and accepted tokens", m2.get("infer_spec_draft_tokens_total", 0) > 0
+      and 0 <= m2.get("infer_spec_acceptance_rate", -1) <= 1, {k: v for k, v in m2.items() if "spec" in k})
 
 result = {}
 

@@ -119,6 +119,14 @@ class Metrics {
       gauge("infer_engine_steps_total", "Engine forward steps.", static_cast<double>(es->n_steps), "counter");
       gauge("infer_engine_generated_tokens_total", "Tokens the engine generated.", static_cast<double>(es->n_generated_tokens),
             "counter");
+      gauge("infer_spec_draft_tokens_total", "Speculative draft tokens the model checked.", static_cast<double>(es->draft_tokens),
+            "counter");
+      gauge("infer_spec_accepted_tokens_total", "Speculative draft tokens accepted.", static_cast<double>(es->accepted_tokens),
+            "counter");
+      gauge("infer_spec_acceptance_rate", "Accepted / drafted tokens since start (0 without speculation).",
+            es->draft_tokens ? static_cast<double>(es->accepted_tokens) / static_cast<double>(es->draft_tokens) : 0.0);
+      gauge("infer_spec_mean_accepted_length", "Tokens emitted per verification step (accepted drafts + 1).",
+            es->mean_accepted_length);
     }
     return out;
   }

@@ -48,7 +48,7 @@ const FlagTable kServeFlags = kModelFlags + FlagTable{
     {"--template", "NAME", "the model's own, else chatml", "chat template for /v1/chat/completions"},
     {"--max-seqs, --parallel, -np", "N", "16", "sequences decoded together (and the most n per request)"},
     {"--max-batch-tokens", "N", "512", "tokens per forward step"},
-} + kCtxFlags + kThreadFlags + kKvFlags + FlagTable{
+} + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
     {"--max-body-mb", "N", "8", "largest request body, MiB (larger: 413)"},
     {"--max-connections", "N", "64", "connections served at once (threads of the HTTP pool)"},
     {"--max-queue", "N", "256", "generation requests in flight at once (more: 429)"},
@@ -699,6 +699,8 @@ int cmd_serve(int argc, char** argv) {
   ep.max_batch_tokens = static_cast<int32_t>(a.get_int("--max-batch-tokens", 512, 1, 1 << 20));
   ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
   apply_kv_flags(a, ep);
+  std::string spec_layers;  // kept alive until the engine is created
+  apply_spec_flags(a, ep, spec_layers);
   const size_t max_body = static_cast<size_t>(a.get_int("--max-body-mb", 8, 1, 4096)) << 20;
   const int max_conn = static_cast<int>(a.get_int("--max-connections", 64, 1, 65536));
   srv->max_queue = static_cast<int>(a.get_int("--max-queue", 256, 1, 1 << 20));
