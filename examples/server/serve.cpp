@@ -700,6 +700,7 @@ int cmd_serve(int argc, char** argv) {
   ep.n_ctx = static_cast<int32_t>(a.get_int("--ctx-size", 0, 0, 1 << 24));
   apply_kv_flags(a, ep);
   std::string spec_layers;  // kept alive until the engine is created
+  DraftModel draft;         // --draft: loaded with the model, freed after the engine
   apply_spec_flags(a, ep, spec_layers);
   const size_t max_body = static_cast<size_t>(a.get_int("--max-body-mb", 8, 1, 4096)) << 20;
   const int max_conn = static_cast<int>(a.get_int("--max-connections", 64, 1, 65536));
@@ -827,6 +828,7 @@ int cmd_serve(int argc, char** argv) {
   infer_model_params_init(&mp);
   mp.backend = backend;
   check(infer_model_load(path.c_str(), &mp, &s.model), ("loading " + path).c_str());
+  load_draft(a, ep, draft);
   check(infer_engine_create(s.model, &ep, &s.engine), "creating the engine");
   infer_model_info info;
   infer_model_info_init(&info);
