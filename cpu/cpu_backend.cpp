@@ -65,9 +65,14 @@ class CpuBackend final : public Backend {
   }
 
   // KV blocks live in host memory, in the reference layout (kv/kv_format.h).
+  // The first blocks of the primary pool are committed now: the first
+  // request would otherwise pay their page faults (costly on a VM).
   std::unique_ptr<KvMemory> make_kv_memory(const KvLayout& layout, int n_blocks, KvTier tier) override {
-    return make_host_kv_memory(layout, n_blocks, tier);
+    std::unique_ptr<KvMemory> m = make_host_kv_memory(layout, n_blocks, tier);
+    if (tier == KvTier::Primary) as_host_memory(*m).touch(kPrefaultBlocks);
+    return m;
   }
+  static constexpr int kPrefaultBlocks = 16;
 
   void kv_write(KvMemory& kv, int layer, const float* k, const float* v, const AttnBatch& b) override {
     cpu::kv_write(pool_, kv, layer, k, v, b);

@@ -81,6 +81,15 @@ void HostKvMemory::copy_block(int dst_block, const KvMemory& src_mem, int src_bl
   }
 }
 
+void HostKvMemory::touch(int n) {
+  n = std::min(n, n_blocks_);
+  for (int l = 0; l < layout_.n_layers; ++l)
+    for (int b = 0; b < n; ++b) {
+      std::memset(k(l, b), 0, block_bytes_);
+      std::memset(v(l, b), 0, block_bytes_);
+    }
+}
+
 std::unique_ptr<KvMemory> make_host_kv_memory(const KvLayout& layout, int n_blocks, KvTier) {
   return std::make_unique<HostKvMemory>(layout, n_blocks);
 }

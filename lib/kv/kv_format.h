@@ -129,6 +129,9 @@ class HostKvMemory final : public KvMemory {
 
   // src must be a HostKvMemory of the same layout (Error(Internal) otherwise).
   void copy_block(int dst_block, const KvMemory& src, int src_block) override;
+  // Writes zeros into blocks [0, n) (all layers): commits their pages now
+  // rather than on the first request (a new pool hands out low ids first).
+  void touch(int n);
 
  private:
   size_t offset(int layer, int block, int kv) const {

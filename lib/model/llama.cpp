@@ -41,6 +41,7 @@ class LlamaModel final : public Model {
 
   void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
                const uint8_t* skip) const override;
+  void reserve_workspace(Workspace& ws, int64_t rows) const override;
 
   void for_each_weight(const std::function<void(const WeightView&)>& fn) const override {
     for (const Layer& l : layers_)
@@ -217,6 +218,22 @@ template <typename T>
 T* grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
+}
+
+void LlamaModel::reserve_workspace(Workspace& ws, int64_t m) const {
+  if (vocab_only_ || m <= 0) return;
+  const ModelConfig& c = config_;
+  const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  grow(ws.x, m * d);
+  grow(ws.xb, m * std::max(d, q_dim));
+  grow(ws.q, m * q_dim);
+  grow(ws.k, m * kv_dim);
+  grow(ws.v, m * kv_dim);
+  grow(ws.att, m * q_dim);
+  grow(ws.gate, m * c.n_ff);
+  grow(ws.up, m * c.n_ff);
+  grow(ws.tables, m);
 }
 
 void LlamaModel::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,

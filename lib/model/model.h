@@ -99,6 +99,9 @@ class Model {
 
   // Every matrix weight of the model (for load-time preparation by a backend).
   virtual void for_each_weight(const std::function<void(const WeightView&)>& fn) const = 0;
+  // Sizes (and so commits the pages of) the workspace for batches of up to
+  // `rows` tokens, so the first request does not pay the page faults.
+  virtual void reserve_workspace(Workspace& ws, int64_t rows) const {}
   // The backend the model was prepared for at load (engines create it).
   BackendKind backend() const { return backend_; }
   void set_backend(BackendKind k) { backend_ = k; }
