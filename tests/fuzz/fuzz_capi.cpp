@@ -166,6 +166,7 @@ void submit(State& st, Input& in, bool many) {
   if (in.u8() % 16 == 0) rp.max_tokens = kI32Max;
   rp.ignore_eos = in.u8() & 1;
   rp.priority = in.pick(kSmallInts);
+  if (in.u8() % 4 == 0) rp.spec_max_draft = in.pick(kSmallInts);
   rp.logits = in.u8() % 8;
   rp.no_prefix_cache = in.u8() & 1;
   const char* stops[2] = {"the", (in.u8() & 1) ? nullptr : "\n"};
@@ -224,6 +225,16 @@ void create_engine(State& st, Input& in) {
   ep.policy = raw_enum<infer_policy>(in.pick(kEnumRaw));
   ep.batch_timeout_ms = in.pick(kTimeouts);
   ep.step_row_multiple = in.pick(kSmallInts);
+  // Speculative decoding: every method (the model as its own draft), odd
+  // lengths and layer lists, limits that switch drafting on and off.
+  if (in.u8() % 4 == 0) {
+    static const char* const kLayers[] = {"0", "1", "0-1", "1-0", "", "x", "0,1,0", "99"};
+    ep.spec = raw_enum<infer_spec_method>(in.pick(kEnumRaw));
+    ep.spec_k = in.pick(kSmallInts);
+    ep.spec_max_batch = in.u8() % 2 ? 0 : in.pick(kSmallInts);
+    ep.spec_skip_layers = in.u8() % 8 == 0 ? nullptr : kLayers[in.u8() % 8];
+    ep.draft_model = in.u8() % 8 == 0 ? nullptr : g_model;
+  }
   if (in.u8() % 16 == 0) ep.struct_size = struct_size(in, sizeof ep);
   infer_engine* e = nullptr;
   if (infer_engine_create(g_model, &ep, &e) == INFER_OK) {
