@@ -459,8 +459,10 @@ else
 fi
 run_cli run -m "$MODEL" -p "Once upon a time" --temp 0 -n 8 --stop "xyz" --stop "girl"
 if [ "$RC" -eq 0 ] && ! grep -q "girl" "$OUT"; then pass "run --stop may be repeated"; else fail "run --stop twice" "$(said; cat "$OUT")"; fi
-# Ctrl-C: generation stops and the statistics still print (exit 130).
-timeout 300 "$INFER" run -m "$MODEL" -p "Once upon a time" -n -1 --ignore-eos --temp 0 >"$OUT" 2>"$ERR" &
+# Ctrl-C: generation stops and the statistics still print (exit 130). A
+# context far longer than 0.5 s of generation (the model's own 2048 tokens
+# take under half a second on a quiet machine, and the run ended first).
+timeout 300 "$INFER" run -m "$MODEL" -p "Once upon a time" -n -1 -c 200000 --ignore-eos --temp 0 >"$OUT" 2>"$ERR" &
 pid=$!
 sleep 0.5
 kill -INT $pid
