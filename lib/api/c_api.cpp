@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -424,7 +427,15 @@ infer_status infer_engine_create(const infer_model* model, const infer_engine_pa
 }
 
 void infer_engine_free(infer_engine* engine) {
-  infer::api::guarded_void([&] { delete engine; });
+  infer::api::guarded_void([&] {
+    delete engine;
+#ifdef __GLIBC__
+    // The engine's step buffers are large and freed together: give the
+    // heap's free memory back now, so that creating and freeing engines in a
+    // loop does not grow the resident size (glibc keeps freed heap memory).
+    malloc_trim(0);
+#endif
+  });
 }
 
 void infer_sampling_params_init(infer_sampling_params* p) {
