@@ -40,6 +40,11 @@ void EngineParams::validate() const {
 
 namespace {
 
+// A draft model's proposal: the most likely token of a logits row.
+int32_t argmax_row(const float* lg, int32_t n_vocab) {
+  return static_cast<int32_t>(std::max_element(lg, lg + n_vocab) - lg);
+}
+
 int32_t context_length(const Model& model, const EngineParams& params) {
   int32_t n = params.n_ctx > 0 ? params.n_ctx : model.config().n_ctx_train;
   return n > 0 ? n : 2048;
@@ -388,7 +393,7 @@ void Engine::draft_model_step(const std::vector<Sequence*>& seqs, const std::vec
     Sequence& s = *seqs[who[r]];
     s.draft_computed = s.n_tokens();
     const float* lg = draft_logits_.data() + r * static_cast<size_t>(n_vocab);
-    s.draft.push_back(static_cast<int32_t>(std::max_element(lg, lg + n_vocab) - lg));
+    s.draft.push_back(argmax_row(lg, n_vocab));
   }
   const int32_t max_k = *std::max_element(k.begin(), k.end());
   for (int32_t j = 1; j < max_k; ++j) {
@@ -410,7 +415,7 @@ void Engine::draft_model_step(const std::vector<Sequence*>& seqs, const std::vec
     if (who.empty() || !draft_forward(d)) break;
     for (size_t r = 0; r < who.size(); ++r) {
       const float* lg = draft_logits_.data() + r * static_cast<size_t>(n_vocab);
-      seqs[who[r]]->draft.push_back(static_cast<int32_t>(std::max_element(lg, lg + n_vocab) - lg));
+      seqs[who[r]]->draft.push_back(argmax_row(lg, n_vocab));
     }
   }
   for (Sequence* s : seqs)
@@ -459,7 +464,7 @@ void Engine::draft_layerskip(const std::vector<Sequence*>& seqs, const std::vect
     }
     for (size_t r = 0; r < who.size(); ++r) {
       const float* lg = draft_logits_.data() + r * static_cast<size_t>(n_vocab);
-      seqs[who[r]]->draft.push_back(static_cast<int32_t>(std::max_element(lg, lg + n_vocab) - lg));
+      seqs[who[r]]->draft.push_back(argmax_row(lg, n_vocab));
     }
   }
   for (Sequence* s : seqs)
@@ -518,7 +523,6 @@ size_t Engine::verify(const StepPlan& plan, size_t first) {
     }
   }
   s.n_computed += accepted;
-  s.spec.add_step(n, accepted);
   stats_.spec.add_step(n, accepted);
   r.note_spec_step(n, accepted);
   s.draft_len.update(n, accepted);

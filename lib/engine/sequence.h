@@ -62,7 +62,6 @@ class Sequence {
   bool speculates = false;     // the engine drafts for this sequence
   std::vector<int32_t> draft;  // tokens proposed for this step, after tokens()
   DraftLength draft_len{0};
-  SpecCounters spec;
   std::mt19937_64 spec_rng;    // acceptance draws (seeded from the request's seed)
   // Draft model: this sequence's slot in the draft model's KV cache and how
   // many of its tokens have draft K/V there. Released with the sequence.
