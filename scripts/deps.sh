@@ -5,10 +5,12 @@ pkgs=(cmake g++ ninja-build pkg-config libdnnl-dev libeigen3-dev catch2 libbench
       libsentencepiece-dev libxxhash-dev libpcre2-dev libutf8proc-dev python3
       libcpp-httplib-dev nlohmann-json3-dev)
 if [ "${1:-}" = "--test" ]; then
+  # The architecture references (numpy) and the chat-template check (jinja2)
+  # are Python scripts run by CTest.
   # The fuzz targets are built with clang's libFuzzer; the Python, Rust and Go
   # bindings are tested with pytest, cargo (Rust 1.63) and go (1.19); the ABI
   # is compared with libabigail's abidiff.
-  pkgs+=(clang libclang-rt-14-dev python3-pytest cargo golang-go abigail-tools)
+  pkgs+=(clang libclang-rt-14-dev python3-pytest python3-numpy python3-jinja2 cargo golang-go abigail-tools)
   # infer serve is checked with the npm `openai` client library, installed by
   # the test itself with Debian's npm (a node that brings its own npm is kept).
   command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)
