@@ -1,0 +1,186 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "gguf/gguf.h"
+
+namespace infer {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+// The tensor `name` with dims exactly `want`, of a type the matmul runs.
+const GgufTensorInfo& find_checked(const GgufFile& g, const std::string& name, const std::vector<int64_t>& want,
+                                   int32_t n_expert) {
+  const GgufTensorInfo* t = g.find_tensor(name);
+  if (!t) raise(Status::Format, "tensor '%s' is missing (the model declares %d experts)", name.c_str(), n_expert);
+  if (t->dims != want)
+    raise(Status::Format, "tensor '%s' has shape %s, expected %s", name.c_str(), shape_str(t->dims).c_str(),
+          shape_str(want).c_str());
+  if ((!dtype_can_dequantize(t->type) && t->type != DType::W8A8) || !dtype_row_ok(t->type, want[0]))
+    raise(Status::Unsupported, "tensor '%s' has type %s, which this build cannot compute with", name.c_str(),
+          dtype_name(t->type));
+  return *t;
+}
+
+// The per-row scales of a W8A8 tensor of `rows` rows ("<name>.scale").
+const float* w8a8_scales(const GgufFile& g, const std::string& name, int64_t rows) {
+  const GgufTensorInfo* s = g.find_tensor(name + ".scale");
+  if (!s || s->type != DType::F32 || s->n_elements() != rows)
+    raise(Status::Format, "w8a8 tensor '%s' needs its scales '%s.scale' (f32, %lld values)", name.c_str(),
+          name.c_str(), (long long)rows);
+  return reinterpret_cast<const float*>(g.tensor_data(*s));
+}
+
+// Expert slices of the 3-D tensor `name`, dims [n_in, n_out, n_expert].
+std::vector<WeightView> bind_experts(const GgufFile& g, const std::string& name, int64_t n_in, int64_t n_out,
+                                     int32_t n_expert, const std::function<WeightCache*()>& new_cache) {
+  const GgufTensorInfo& t = find_checked(g, name, {n_in, n_out, n_expert}, n_expert);
+  const uint8_t* data = g.tensor_data(t);
+  const float* scales = t.type == DType::W8A8 ? w8a8_scales(g, name, n_out * n_expert) : nullptr;
+  std::vector<WeightView> out(static_cast<size_t>(n_expert));
+  for (int32_t e = 0; e < n_expert; ++e) {
+    WeightView& w = out[static_cast<size_t>(e)];
+    w.type = t.type;
+    w.n_in = n_in;
+    w.n_out = n_out;
+    w.row_bytes = t.type == DType::W8A8 ? static_cast<size_t>(n_in) : dtype_row_bytes(t.type, n_in);
+    w.data = data + static_cast<size_t>(e) * static_cast<size_t>(n_out) * w.row_bytes;
+    if (scales) w.scale = scales + static_cast<size_t>(e) * static_cast<size_t>(n_out);
+    w.cache = new_cache();  // each slice is a weight of its own for the backend's repacked copies
+  }
+  return out;
+}
+
+}  // namespace
+
+void MoeFfn::for_each_weight(const std::function<void(const WeightView&)>& fn) const {
+  if (empty()) return;
+  fn(router);
+  for (const auto* v : {&gate, &up, &down})
+    for (const WeightView& w : *v) fn(w);
+}
+
+void check_moe_counts(int64_t n_expert, int64_t n_used) {
+  if (n_expert < 1 || n_expert > 4096)
+    raise(Status::Format, "expert_count %lld is out of range [1, 4096]", (long long)n_expert);
+  if (n_used < 1 || n_used > n_expert)
+    raise(Status::Format, "expert_used_count %lld is out of range [1, expert_count = %lld]", (long long)n_used,
+          (long long)n_expert);
+}
+
+MoeFfn bind_moe_ffn(const GgufFile& g, const std::string& prefix, int64_t n_embd, int64_t n_ff, int32_t n_expert,
+                    int32_t n_used, const std::function<WeightCache*()>& new_cache) {
+  check_moe_counts(n_expert, n_used);
+  MoeFfn f;
+  f.n_expert = n_expert;
+  f.n_used = n_used;
+  f.n_embd = n_embd;
+  f.n_ff = n_ff;
+  const std::string rname = prefix + "ffn_gate_inp.weight";
+  const GgufTensorInfo& r = find_checked(g, rname, {n_embd, n_expert}, n_expert);
+  f.router.type = r.type;
+  f.router.n_in = n_embd;
+  f.router.n_out = n_expert;
+  f.router.data = g.tensor_data(r);
+  f.router.row_bytes = r.type == DType::W8A8 ? static_cast<size_t>(n_embd) : dtype_row_bytes(r.type, n_embd);
+  if (r.type == DType::W8A8) f.router.scale = w8a8_scales(g, rname, n_expert);
+  f.router.cache = new_cache();
+  f.gate = bind_experts(g, prefix + "ffn_gate_exps.weight", n_embd, n_ff, n_expert, new_cache);
+  f.up = bind_experts(g, prefix + "ffn_up_exps.weight", n_embd, n_ff, n_expert, new_cache);
+  f.down = bind_experts(g, prefix + "ffn_down_exps.weight", n_ff, n_embd, n_expert, new_cache);
+  return f;
+}
+
+void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel, float* weight) {
+  std::vector<float> p(static_cast<size_t>(n_expert));
+  std::vector<int32_t> idx(static_cast<size_t>(n_expert));
+  for (int64_t t = 0; t < m; ++t) {
+    const float* l = logits + t * n_expert;
+    // Softmax over all experts (the published definition), then the top k.
+    float mx = l[0];
+    for (int e = 1; e < n_expert; ++e) mx = std::max(mx, l[e]);
+    float sum = 0.0f;
+    for (int e = 0; e < n_expert; ++e) sum += p[e] = std::exp(l[e] - mx);
+    for (int e = 0; e < n_expert; ++e) {
+      p[e] /= sum;
+      idx[e] = e;
+    }
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float ksum = 0.0f;
+    for (int i = 0; i < k; ++i) ksum += p[idx[i]];
+    for (int i = 0; i < k; ++i) {
+      sel[t * k + i] = idx[i];
+      weight[t * k + i] = p[idx[i]] / ksum;
+    }
+  }
+}
+
+size_t moe_scratch_floats(const MoeFfn& f, int64_t m) {
+  // router logits, routing weights, row weights, gathered rows, gate, up, expert output, the sum
+  return static_cast<size_t>(m) * static_cast<size_t>(f.n_expert + f.n_used + 1 + 3 * f.n_embd + 2 * f.n_ff);
+}
+
+size_t moe_scratch_ints(const MoeFfn& f, int64_t m) { return static_cast<size_t>(m) * (f.n_used + 1); }
+
+void moe_ffn_forward(const MoeFfn& f, Backend& be, const float* h, int64_t m, float* out, float* fbuf,
+                     int32_t* ibuf) {
+  const int64_t E = f.n_expert, k = f.n_used, d = f.n_embd, ff = f.n_ff;
+  float* logits = fbuf;       // [m][E]
+  float* wts = logits + m * E;  // [m][k]
+  float* row_w = wts + m * k;   // [m]: weight of each gathered row
+  float* xs = row_w + m;        // [m][d]: the rows routed to one expert
+  float* g = xs + m * d;        // [m][ff]
+  float* u = g + m * ff;        // [m][ff]
+  float* y = u + m * ff;        // [m][d]
+  float* acc = y + m * d;       // [m][d]: the sum, copied to out at the end (out may be h)
+  int32_t* sel = ibuf;          // [m][k]
+  int32_t* rows = sel + m * k;  // [m]: token of each gathered row
+
+  be.matmul(f.router, h, m, logits);
+  moe_route(logits, m, static_cast<int>(E), static_cast<int>(k), sel, wts);
+  std::memset(acc, 0, sizeof(float) * static_cast<size_t>(m * d));
+  for (int64_t e = 0; e < E; ++e) {
+    // The tokens routed to e, in batch order (a token selects e at most once).
+    int64_t n = 0;
+    for (int64_t t = 0; t < m; ++t)
+      for (int64_t i = 0; i < k; ++i)
+        if (sel[t * k + i] == e) {
+          rows[n] = static_cast<int32_t>(t);
+          row_w[n++] = wts[t * k + i];
+        }
+    if (n == 0) continue;  // decode reads only the routed experts' weights
+    // Every token routed here: the rows are h itself, in order.
+    const float* x = h;
+    if (n < m) {
+      for (int64_t j = 0; j < n; ++j) std::memcpy(xs + j * d, h + rows[j] * d, sizeof(float) * d);
+      x = xs;
+    }
+    const size_t se = static_cast<size_t>(e);
+    be.matmul(f.gate[se], x, n, g);
+    be.matmul(f.up[se], x, n, u);
+    be.swiglu(g, u, g, n * ff);
+    be.matmul(f.down[se], g, n, y);
+    // Each token's sum runs over its experts in increasing index order,
+    // whatever the rest of the batch: the same bits alone or batched.
+    for (int64_t j = 0; j < n; ++j) {
+      float* o = acc + rows[j] * d;
+      const float* yj = y + j * d;
+      const float w = row_w[j];
+      for (int64_t c = 0; c < d; ++c) o[c] += w * yj[c];
+    }
+  }
+  std::memcpy(out, acc, sizeof(float) * static_cast<size_t>(m * d));
+}
+
+}  // namespace infer
