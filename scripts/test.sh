@@ -37,6 +37,13 @@ ASAN_OPTIONS=allocator_may_return_null=1 "$root/build-fuzz/tests/fuzz/fuzz_capi"
   -max_total_time="${INFER_FUZZ_SECONDS:-60}" -max_len=1024 -rss_limit_mb=4096 -timeout=60 \
   -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-capi"
 
+echo "== fuzzing the chat-template interpreter (Jinja subset)"
+cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_jinja
+mkdir -p "$root/build-fuzz/corpus-jinja"
+"$root/build-fuzz/tests/fuzz/fuzz_jinja" -max_total_time="$(( ${INFER_FUZZ_SECONDS:-60} / 2 ))" -max_len=8192 \
+  -rss_limit_mb=2048 -timeout=30 -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-jinja" \
+  "$root/tests/fuzz/corpus-jinja"
+
 echo "== fuzzing grammars (GBNF, JSON schema) and infer serve's request parser"
 cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_grammar
 half=$(( ${INFER_FUZZ_SECONDS:-60} / 2 ))

@@ -2,7 +2,9 @@
 // its published Jinja template does; detection from template texts; the C
 // API (buffers, errors, model-based detection).
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -294,6 +296,14 @@ struct TempModel {
   ~TempModel() { infer_model_free(m); }
 };
 
+std::string read_fixture(const std::string& name) {
+  std::ifstream f(std::string(INFER_SOURCE_DIR) + "/tests/data/chat_templates/" + name, std::ios::binary);
+  REQUIRE(f);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 std::string apply(const infer_model* m, const char* name, const std::vector<infer_chat_message>& msgs,
                   infer_status* status = nullptr) {
   size_t need = 0;
@@ -361,27 +371,67 @@ TEST_CASE("chat: C API", "[chat]") {
   CHECK(std::string(buf.data()) == want);
 
   SECTION("a model's own template and special tokens") {
-    TempModel model(
-        "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% endif %}"
-        "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% set c = '<<SYS>>\\n' %}"
-        "{{ ' ' + content.strip() + ' ' + eos_token }}");
+    // The real Llama-2-chat template, rendered by the interpreter with the
+    // model's BOS/EOS texts.
+    const std::string llama2 = read_fixture("llama2-7b-chat.jinja");
+    TempModel model(llama2);
     char name[32];
     CHECK(infer_chat_template_detect(model.m, name, sizeof name, &need) == INFER_OK);
     CHECK(std::string(name) == "llama2");
     CHECK(need == 7);
     CHECK(apply(model.m, nullptr, msgs, &st) == "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
+    CHECK(apply(model.m, "jinja", msgs, &st) == "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
     // An explicit name overrides the model's template.
     CHECK(apply(model.m, "zephyr", msgs, &st) ==
           "<|system|>\nS</s>\n<|user|>\nU</s>\n<|assistant|>\nA</s>\n<|user|>\nV</s>\n<|assistant|>\n");
+    // The template refuses roles that do not alternate: its own message.
+    apply(model.m, nullptr, {{"user", "a"}, {"user", "b"}}, &st);
+    CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(infer_last_error()) == "Conversation roles must alternate user/assistant/user/assistant/...");
+    // A Jinja text given as the template renders with the interpreter.
+    CHECK(apply(nullptr, llama2.c_str(), msgs, &st) == "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
+    // Roles other than system/user/assistant reach the template.
+    TempModel qwen(read_fixture("qwen2.5-7b-instruct.jinja"));
+    CHECK(apply(qwen.m, nullptr, {{"user", "u"}, {"tool", "42"}}, &st) ==
+          "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+          "<|im_start|>user\nu<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n"
+          "<|im_start|>assistant\n");
+  }
+  SECTION("a template beyond the interpreter: the built-in template of its family, unless asked for explicitly") {
+    // A real template with a construct the interpreter lacks ({% filter %}).
+    const std::string text = "{% filter upper %}{% endfilter %}" + read_fixture("llama2-7b-chat.jinja");
+    TempModel model(text);
+    CHECK(apply(model.m, nullptr, msgs, &st) == "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
+    CHECK(st == INFER_OK);
+    apply(model.m, "jinja", msgs, &st);
+    CHECK(st == INFER_ERR_UNSUPPORTED);
+    CHECK(std::string(infer_last_error()).find("{% filter %}") != std::string::npos);
+    apply(nullptr, text.c_str(), msgs, &st);
+    CHECK(st == INFER_ERR_UNSUPPORTED);
+    CHECK(std::string(infer_last_error()).find("line 1") != std::string::npos);
   }
   SECTION("a model without a template, or with an unknown one") {
     TempModel none("");
     CHECK(infer_chat_template_detect(none.m, nullptr, 0, &need) == INFER_ERR_NOT_FOUND);
     apply(none.m, nullptr, msgs, &st);
     CHECK(st == INFER_ERR_NOT_FOUND);
+    apply(none.m, "jinja", msgs, &st);
+    CHECK(st == INFER_ERR_NOT_FOUND);
     CHECK(apply(none.m, "chatml", msgs, &st) == want);
+    // Not a family libinfer knows, but the interpreter renders it.
     TempModel odd("{% for m in messages %}<<{{ m['role'] }}>>{% endfor %}");
-    CHECK(infer_chat_template_detect(odd.m, nullptr, 0, &need) == INFER_ERR_UNSUPPORTED);
-    CHECK(std::string(infer_last_error()).find("<<{{ m['role'] }}>>") != std::string::npos);
+    char name[16];
+    CHECK(infer_chat_template_detect(odd.m, name, sizeof name, &need) == INFER_OK);
+    CHECK(std::string(name) == "jinja");
+    CHECK(infer_chat_template_stop(name, 0) == nullptr);
+    CHECK(apply(odd.m, nullptr, msgs, &st) == "<<system>><<user>><<assistant>><<user>>");
+    // Neither known nor readable.
+    TempModel worse("{% for m in messages %}<<{{ m['role'] | wordcount }}>>{% endfor %}");
+    CHECK(infer_chat_template_detect(worse.m, nullptr, 0, &need) == INFER_ERR_UNSUPPORTED);
+    CHECK(std::string(infer_last_error()).find("<<{{ m['role'] | wordcount }}>>") != std::string::npos);
+    CHECK(std::string(infer_last_error()).find("filter 'wordcount'") != std::string::npos);
+    apply(worse.m, nullptr, msgs, &st);
+    CHECK(st == INFER_ERR_UNSUPPORTED);
+    CHECK(std::string(infer_last_error()).find("filter 'wordcount'") != std::string::npos);
   }
 }

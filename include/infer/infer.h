@@ -576,13 +576,21 @@ INFER_API infer_status infer_generate(const infer_model *model, const char *prom
 /* ---- chat templates ------------------------------------------------------------------------ */
 
 /* Chat models expect their conversation in the format they were trained on.
- * A GGUF file carries it as a Jinja template (tokenizer.chat_template);
- * libinfer recognises the common families by their markers and renders them
- * exactly as the published templates do (no Jinja interpreter is embedded).
- * Built-in templates: "llama2", "llama3", "llama3.1", "chatml" (Qwen, Hermes,
- * ...), "mistral-v0", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
+ * A GGUF file carries it as a Jinja template (tokenizer.chat_template; a
+ * Hugging Face directory's tokenizer_config.json chat_template arrives the
+ * same way). libinfer renders the model's own template with its Jinja-subset
+ * interpreter exactly as Hugging Face's apply_chat_template does (jinja2 with
+ * trim_blocks and lstrip_blocks; the subset is what the published templates
+ * of Llama 2/3.x, Mistral/Mixtral, Qwen 2/2.5/3, Phi-3, Gemma, Zephyr, ChatML
+ * and DeepSeek use). It also recognises the common families by their markers
+ * and has each family's format built in, used when asked for by name, and as
+ * the fallback when a model's template uses a construct the interpreter
+ * lacks. Built-in templates: "llama2", "llama3", "llama3.1", "chatml" (Qwen,
+ * Hermes, ...), "mistral-v0", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
  * "mistral-v7", "phi3", "gemma", "zephyr", "deepseek" (DeepSeek Coder),
- * "deepseek2", "deepseek3"; see infer_chat_template_name().
+ * "deepseek2", "deepseek3"; see infer_chat_template_name(). The name "jinja"
+ * (not in that list) means the model's own template through the interpreter,
+ * without fallback.
  *
  * The rendered prompt contains the special tokens as text (e.g. "<|im_start|>",
  * and the BOS token where the template writes one): submit it with
@@ -600,27 +608,40 @@ INFER_API const char *infer_chat_template_name(int32_t index);
 
 /* The built-in template that the model's tokenizer.chat_template matches,
  * written to buf (NUL-terminated; *needed receives the size including the
- * NUL). NOT_FOUND when the model has no chat template, UNSUPPORTED (with the
- * template's opening in the message) when it is not recognised. */
+ * NUL); "jinja" when it matches none but the interpreter reads it (the
+ * template is then rendered only by the interpreter, and has no stop texts).
+ * NOT_FOUND when the model has no chat template, UNSUPPORTED (with the
+ * template's opening and what the interpreter lacks in the message) when it
+ * is neither recognised nor readable. */
 INFER_API infer_status infer_chat_template_detect(const infer_model *model, char *buf, size_t buf_size,
                                                   size_t *needed);
 
 /* Renders n_messages messages into prompt text (UTF-8, NUL-terminated; caller
  * buffer, *needed receives the size including the NUL, BUFFER_TOO_SMALL
  * when buf is short).
- *  - template_name: a built-in name, or a Jinja template text to recognise,
- *    or NULL to use the model's tokenizer.chat_template (detected as
- *    infer_chat_template_detect does, including variations the text selects:
- *    whether it writes the BOS token, a Qwen-style default system prompt).
- *    An unknown name is UNSUPPORTED (the message names it).
+ *  - template_name: NULL renders the model's tokenizer.chat_template with the
+ *    interpreter; when the template uses a construct the interpreter lacks,
+ *    the built-in template of the family it is recognised as is used instead
+ *    (with a warning through the log callback), and UNSUPPORTED (naming the
+ *    construct and its line) when it is recognised as none. "jinja": the
+ *    model's template with the interpreter, UNSUPPORTED instead of a
+ *    fallback. A Jinja template text (containing {{ or {%) is rendered with
+ *    the interpreter, UNSUPPORTED instead of a fallback. A built-in name
+ *    renders that built-in template; an unknown name is UNSUPPORTED (the
+ *    message names it).
  *  - model: supplies the BOS/EOS token texts (and the template when
  *    template_name is NULL). May be NULL when template_name is given: the
  *    family's usual token texts are used.
  *  - add_generation_prompt: 1 appends the header that opens the assistant's
  *    reply.
+ * The interpreter passes each message's role and content, add_generation_prompt,
+ * bos_token and eos_token (the model's token texts, else the family's usual
+ * ones), tools and documents (none), and any role to the template.
  * INVALID_ARGUMENT for a NULL message, role or content, a role other than
- * system/user/assistant, or a conversation the template refuses (e.g. roles
- * that do not alternate user/assistant where the template requires it). */
+ * system/user/assistant for a built-in template, or a conversation the
+ * template refuses: the message is the template's own raise_exception()
+ * text (e.g. roles that do not alternate user/assistant where the template
+ * requires it), or says what failed and on which line of the template. */
 INFER_API infer_status infer_chat_apply_template(const infer_model *model, const char *template_name,
                                                  const infer_chat_message *messages, size_t n_messages,
                                                  int32_t add_generation_prompt, char *buf, size_t buf_size,

@@ -1,5 +1,6 @@
 // The C API of chat templates: argument checks and error translation around
-// lib/tokenizer/chat.h.
+// lib/tokenizer/chat.h (built-in templates) and lib/tokenizer/jinja.h (the
+// model's own Jinja template).
 #include <cstring>
 #include <new>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "api/api_util.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "infer/infer.h"
 #include "model/model.h"
 #include "tokenizer/chat.h"
@@ -29,6 +31,70 @@ const std::string& model_template(const infer_model* model) {
     infer::raise(infer::Status::NotFound,
                  "the model has no chat template (tokenizer.chat_template): pass a template name");
   return jinja;
+}
+
+// The special tokens a template sees: the model's, else the usual ones of
+// the family `family` (a built-in name; "" for none).
+infer::ChatSpecials specials_for(const infer_model* model, const std::string& family) {
+  infer::ChatSpecials sp = infer::chat_template_default_specials(family);
+  if (model) {
+    const infer::Tokenizer& tok = infer::api::model_of(model).tokenizer();
+    sp.bos = token_text(tok, tok.vocab().bos);
+    sp.eos = token_text(tok, tok.vocab().eos);
+  }
+  return sp;
+}
+
+// The family a Jinja text is recognised as ("" when none).
+std::string family_of(std::string_view jinja) {
+  try {
+    return infer::chat_template_detect(jinja).name;
+  } catch (const infer::Error&) {
+    return std::string();
+  }
+}
+
+bool outside_subset(const infer::jinja::TemplateError& e) {
+  return e.kind() == infer::jinja::ErrorKind::Syntax || e.kind() == infer::jinja::ErrorKind::Unsupported;
+}
+
+// Renders a conversation (ctx: the template's variables) as the C API
+// documents: a built-in name renders the built-in template; a Jinja text,
+// or "jinja" (the model's own text), renders with the interpreter and fails
+// when the text uses what the interpreter lacks; NULL renders the model's
+// own template with the interpreter and falls back to the built-in template
+// of its family (with a warning in the log) when it uses what the
+// interpreter lacks. `builtin` renders the built-in template `tmpl`.
+template <typename Builtin>
+std::string render_conversation(const infer_model* model, const char* template_name, const infer::jinja::Value& ctx,
+                                Builtin builtin) {
+  const bool explicit_text = template_name && infer::chat_template_is_jinja(template_name);
+  const bool explicit_model = template_name && std::strcmp(template_name, "jinja") == 0;
+  if (template_name && !explicit_text && !explicit_model) {
+    const infer::ChatTemplate t = infer::chat_template_by_name(template_name);
+    return builtin(t, specials_for(model, t.name));
+  }
+  if (explicit_model && !model)
+    infer::raise(infer::Status::InvalidArgument,
+                 "infer_chat_apply_template: the template \"jinja\" (the model's own) needs a model");
+  const std::string& text = explicit_text ? std::string(template_name) : model_template(model);
+  const std::string family = family_of(text);
+  const infer::ChatSpecials sp = specials_for(model, family);
+  try {
+    return infer::chat_render_jinja(text, ctx, sp);
+  } catch (const infer::jinja::TemplateError& e) {
+    if (!outside_subset(e)) throw;
+    if (template_name || family.empty())
+      infer::raise(infer::Status::Unsupported,
+                   "%s; libinfer's Jinja interpreter cannot render this chat template: pass a built-in template name",
+                   e.what());
+    infer::log(infer::LogLevel::Warn,
+               "the model's chat template uses what libinfer's Jinja interpreter lacks (%s); "
+               "rendering with the built-in template '%s'",
+               e.what(), family.c_str());
+    const infer::ChatTemplate t = infer::chat_template_detect(text);
+    return builtin(t, sp);
+  }
 }
 
 }  // namespace
@@ -62,8 +128,20 @@ infer_status infer_chat_template_detect(const infer_model* model, char* buf, siz
   if (needed) *needed = 0;
   if (!model) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_chat_template_detect: model must not be NULL");
   return guarded([&] {
-    const infer::ChatTemplate t = infer::chat_template_detect(model_template(model));
-    return copy_out(t.name, buf, buf_size, needed);
+    const std::string& text = model_template(model);
+    try {
+      return copy_out(infer::chat_template_detect(text).name, buf, buf_size, needed);
+    } catch (const infer::Error& e) {
+      // Not a family libinfer knows: "jinja" when the interpreter reads it.
+      if (e.status() != infer::Status::Unsupported || !infer::chat_template_is_jinja(text)) throw;
+      try {
+        const infer::jinja::Template parsed(text);
+      } catch (const infer::jinja::TemplateError& te) {
+        infer::raise(infer::Status::Unsupported, "%s; and libinfer's Jinja interpreter cannot read it: %s", e.what(),
+                     te.what());
+      }
+      return copy_out("jinja", buf, buf_size, needed);
+    }
   });
 }
 
@@ -81,20 +159,24 @@ infer_status infer_chat_apply_template(const infer_model* model, const char* tem
       return fail(INFER_ERR_INVALID_ARGUMENT,
                   infer::strformat("infer_chat_apply_template: message %zu has a NULL role or content", i));
   return guarded([&] {
-    // A built-in name, else a Jinja text to recognise, else the model's own.
-    const infer::ChatTemplate tmpl = template_name ? infer::chat_template_detect(template_name)
-                                                   : infer::chat_template_detect(model_template(model));
-    infer::ChatSpecials specials = infer::chat_template_default_specials(tmpl.name);
-    if (model) {
-      const infer::Tokenizer& tok = infer::api::model_of(model).tokenizer();
-      specials.bos = token_text(tok, tok.vocab().bos);
-      specials.eos = token_text(tok, tok.vocab().eos);
-    }
     std::vector<infer::ChatMessage> msgs;
     msgs.reserve(n_messages);
-    for (size_t i = 0; i < n_messages; ++i) msgs.push_back({messages[i].role, messages[i].content});
-    return copy_out(infer::chat_render(tmpl, msgs, add_generation_prompt != 0, specials), buf, buf_size,
-                    needed);
+    infer::jinja::Value list = infer::jinja::Value::array();
+    for (size_t i = 0; i < n_messages; ++i) {
+      msgs.push_back({messages[i].role, messages[i].content});
+      infer::jinja::Value m = infer::jinja::Value::object();
+      m.set("role", infer::jinja::Value(messages[i].role));
+      m.set("content", infer::jinja::Value(messages[i].content));
+      list.push(std::move(m));
+    }
+    infer::jinja::Value ctx = infer::jinja::Value::object();
+    ctx.set("messages", std::move(list));
+    ctx.set("add_generation_prompt", infer::jinja::Value(add_generation_prompt != 0));
+    const std::string text = render_conversation(
+        model, template_name, ctx, [&](const infer::ChatTemplate& t, const infer::ChatSpecials& sp) {
+          return infer::chat_render(t, msgs, add_generation_prompt != 0, sp);
+        });
+    return copy_out(text, buf, buf_size, needed);
   });
 }
 

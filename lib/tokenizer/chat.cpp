@@ -447,6 +447,36 @@ const std::vector<std::string>& chat_template_stops(std::string_view name) {
   return f ? f->stops : none;
 }
 
+bool chat_template_is_jinja(std::string_view text) { return contains(text, "{{") || contains(text, "{%"); }
+
+std::string chat_render_jinja(std::string_view jinja_text, const jinja::Value& context, const ChatSpecials& specials) {
+  const jinja::Template tmpl(jinja_text);
+  jinja::Value ctx = jinja::Value::object();
+  ctx.set("bos_token", jinja::Value(specials.bos));
+  ctx.set("eos_token", jinja::Value(specials.eos));
+  ctx.set("add_generation_prompt", jinja::Value(false));
+  ctx.set("tools", jinja::Value::none());
+  ctx.set("documents", jinja::Value::none());
+  if (context.is_object())
+    for (const auto& kv : context.obj().items) ctx.set(kv.first, kv.second);
+  return tmpl.render(ctx);
+}
+
+std::string chat_render_jinja(std::string_view jinja_text, const std::vector<ChatMessage>& messages,
+                              bool add_generation_prompt, const ChatSpecials& specials) {
+  jinja::Value msgs = jinja::Value::array();
+  for (const ChatMessage& m : messages) {
+    jinja::Value o = jinja::Value::object();
+    o.set("role", jinja::Value(m.role));
+    o.set("content", jinja::Value(m.content));
+    msgs.push(std::move(o));
+  }
+  jinja::Value ctx = jinja::Value::object();
+  ctx.set("messages", std::move(msgs));
+  ctx.set("add_generation_prompt", jinja::Value(add_generation_prompt));
+  return chat_render_jinja(jinja_text, ctx, specials);
+}
+
 std::string chat_render(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt, const ChatSpecials& specials) {
   for (const ChatMessage& m : messages)

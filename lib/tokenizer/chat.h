@@ -1,9 +1,14 @@
 // Chat templates: messages with roles in, prompt text out.
 //
-// GGUF files carry the model's Jinja chat template (tokenizer.chat_template).
-// Rather than embedding a Jinja interpreter, libinfer recognises the
-// template of each common family by markers in its text and renders that
-// family's format in code, producing exactly what the published template
+// GGUF files carry the model's Jinja chat template (tokenizer.chat_template;
+// the Hugging Face loader passes tokenizer_config.json's chat_template through
+// the same key). chat_render_jinja renders it with libinfer's Jinja-subset
+// interpreter (tokenizer/jinja.h) exactly as Hugging Face's
+// apply_chat_template does. Besides, libinfer recognises the template of each
+// common family by markers in its text and can render that family's format in
+// code (the built-in templates below): the fallback for a model without a
+// template or whose template uses what the interpreter lacks, and what a
+// caller gets by naming a template. Each produces what the published template
 // renders with Hugging Face's settings (trim_blocks, lstrip_blocks):
 //
 //   llama2             Llama 2 chat: <s>[INST] <<SYS>>...<</SYS>> ... [/INST] ... </s>
@@ -36,6 +41,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "tokenizer/jinja.h"
 
 namespace infer {
 
@@ -78,6 +85,25 @@ ChatSpecials chat_template_default_specials(std::string_view name);
 // starts the assistant's reply.
 std::string chat_render(const ChatTemplate& tmpl, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt, const ChatSpecials& specials);
+
+// Whether a text is a Jinja template rather than a template name (it has a
+// {{ or {% tag).
+bool chat_template_is_jinja(std::string_view text);
+
+// Renders a Jinja chat template with the interpreter, with the variables
+// Hugging Face's apply_chat_template passes: messages (objects with role and
+// content), add_generation_prompt, bos_token, eos_token, tools and documents
+// (none). Any role is passed through (the template decides). Throws
+// jinja::TemplateError (see jinja.h: raise_exception's message, unsupported
+// constructs with their line, limits).
+std::string chat_render_jinja(std::string_view jinja, const std::vector<ChatMessage>& messages,
+                              bool add_generation_prompt, const ChatSpecials& specials);
+
+// The same with every variable given: `context` is an object whose keys
+// become the template's variables (messages, tools, enable_thinking, ...);
+// bos_token, eos_token, add_generation_prompt (false), tools and documents
+// (none) are added where absent.
+std::string chat_render_jinja(std::string_view jinja, const jinja::Value& context, const ChatSpecials& specials);
 
 // Texts that end an assistant turn in this format (for stop strings when a
 // model writes them as plain text rather than as its end-of-turn token).
