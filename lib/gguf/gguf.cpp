@@ -928,7 +928,63 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
 }
 
 const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t) const {
-  return file_->data() + data_offset_ + t.offset;
+  if (t.source == 0) return file_->data() + data_offset_ + t.offset;
+  return more_[t.source - 1]->data() + t.offset;
+}
+
+void GgufFile::check_intact() const {
+  file_->check_intact();
+  for (const auto& f : more_) f->check_intact();
+}
+
+std::unique_ptr<GgufFile> GgufFile::assemble(std::vector<std::unique_ptr<MappedFile>> files,
+                                             std::vector<std::pair<std::string, GgufValue>> metadata,
+                                             std::vector<GgufTensorInfo> tensors) {
+  if (files.empty() || !files[0]) raise(Status::InvalidArgument, "GGUF view: no file given");
+  std::unique_ptr<GgufFile> g(new GgufFile());
+  g->version_ = 3;
+  g->data_offset_ = 0;
+  g->file_ = std::move(files[0]);
+  for (size_t k = 1; k < files.size(); ++k) {
+    if (!files[k]) raise(Status::InvalidArgument, "GGUF view: file %zu is missing", k);
+    g->more_.push_back(std::move(files[k]));
+  }
+  for (auto& [key, value] : metadata) {
+    if (key.empty()) raise(Status::Format, "GGUF view: empty metadata key");
+    auto it = g->kv_index_.find(key);
+    if (it != g->kv_index_.end()) {
+      g->kv_[it->second].second = std::move(value);
+    } else {
+      g->kv_index_.emplace(key, g->kv_.size());
+      g->kv_.emplace_back(key, std::move(value));
+    }
+  }
+  g->tensors_.reserve(tensors.size());
+  for (GgufTensorInfo& t : tensors) {
+    const char* nm = t.name.c_str();
+    if (t.name.empty()) raise(Status::Format, "GGUF view: a tensor has an empty name");
+    if (g->tensor_index_.count(t.name)) raise(Status::Format, "GGUF view: duplicate tensor name '%s'", nm);
+    if (t.dims.empty() || t.dims.size() > 4) raise(Status::Format, "tensor '%s' has %zu dimensions", nm, t.dims.size());
+    if (!dtype_info(t.type)) raise(Status::Format, "tensor '%s' has an unknown type", nm);
+    uint64_t n = 1;
+    for (int64_t d : t.dims) {
+      if (d <= 0 || static_cast<uint64_t>(d) > (uint64_t(1) << 40) / n)
+        raise(Status::Format, "tensor '%s' has a bad dimension %lld", nm, (long long)d);
+      n *= static_cast<uint64_t>(d);
+    }
+    if (!dtype_row_ok(t.type, t.dims[0]))
+      raise(Status::Format, "tensor '%s': rows of %lld values are not whole %s blocks", nm, (long long)t.dims[0],
+            dtype_name(t.type));
+    t.nbytes = static_cast<uint64_t>(dtype_row_bytes(t.type, t.dims[0])) * (n / static_cast<uint64_t>(t.dims[0]));
+    if (t.source >= g->n_files()) raise(Status::Format, "tensor '%s' names file %u of %zu", nm, t.source, g->n_files());
+    const MappedFile& f = t.source == 0 ? *g->file_ : *g->more_[t.source - 1];
+    if (t.offset > f.size() || t.nbytes > f.size() - t.offset)
+      raise(Status::Format, "tensor '%s' (%llu bytes at %llu) runs past the end of its file (%zu bytes)", nm,
+            (unsigned long long)t.nbytes, (unsigned long long)t.offset, f.size());
+    g->tensor_index_.emplace(t.name, g->tensors_.size());
+    g->tensors_.push_back(std::move(t));
+  }
+  return g;
 }
 
 // ---- GgufWriter ---------------------------------------------------------------------------

@@ -116,6 +116,9 @@ struct GgufTensorInfo {
   DType type = DType::F32;
   uint64_t offset = 0;        // relative to the start of the data section
   uint64_t nbytes = 0;        // computed from dims and type
+  // Which file holds the bytes: 0 for a GGUF file; an assembled view
+  // (GgufFile::assemble) indexes its files, and offset is then absolute.
+  uint32_t source = 0;
   int64_t n_elements() const;
   int64_t n_rows() const { return dims.empty() ? 1 : n_elements() / dims[0]; }
 };
@@ -129,6 +132,16 @@ class GgufFile {
   // Parses bytes already in memory (fuzzing, tests). The buffer is borrowed.
   static std::unique_ptr<GgufFile> from_memory(const void* data, size_t size);
   static std::unique_ptr<GgufFile> from_file(std::unique_ptr<MappedFile> file);
+  // A GGUF-shaped view built in code (the Hugging Face loader, lib/hf):
+  // metadata as given and tensors whose bytes lie in any of `files`
+  // (GgufTensorInfo::source indexes them; offset is absolute in that file).
+  // Checked here as the reader checks a file: names unique and non-empty,
+  // known types, dims positive with whole blocks per row, nbytes computed
+  // from dims and type (any given value is replaced), every range inside its
+  // file. Error(Format) naming the tensor otherwise. At least one file.
+  static std::unique_ptr<GgufFile> assemble(std::vector<std::unique_ptr<MappedFile>> files,
+                                            std::vector<std::pair<std::string, GgufValue>> metadata,
+                                            std::vector<GgufTensorInfo> tensors);
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -155,13 +168,18 @@ class GgufFile {
   // Pointer to a tensor's bytes (bounds were checked at parse time).
   const uint8_t* tensor_data(const GgufTensorInfo& t) const;
 
+  // The first file (for an assembled view, files[0]).
   const MappedFile& file() const { return *file_; }
+  size_t n_files() const { return 1 + more_.size(); }
+  // check_intact() of every file this view reads.
+  void check_intact() const;
 
  private:
   GgufFile() = default;
   void parse();
 
   std::unique_ptr<MappedFile> file_;
+  std::vector<std::unique_ptr<MappedFile>> more_;  // assembled views: files[1..]
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   size_t data_offset_ = 0;
