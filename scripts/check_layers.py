@@ -23,14 +23,15 @@ ALLOWED = {
     "gguf": {"core"},
     "quant": {"core", "gguf"},
     "tokenizer": {"core", "gguf"},
+    "hf": {"core", "gguf", "quant", "tokenizer"},
     "kv": {"core"},
     "sampling": {"core"},
-    "model": {"core", "gguf", "quant", "tokenizer", "kv"},
+    "model": {"core", "gguf", "quant", "tokenizer", "kv", "hf"},
     "cpu": {"core", "kv", "quant"},
     "cuda": {"core", "kv", "quant"},
     "engine": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant"},
-    "tools": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine"},
-    "api": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "tools"},
+    "tools": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "hf"},
+    "api": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "tools", "hf"},
 }
 # Where each folder lives in the tree.
 ROOTS = {name: os.path.join("lib", name) for name in ALLOWED}

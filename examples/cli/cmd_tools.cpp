@@ -117,13 +117,46 @@ int cmd_bench(int argc, char** argv) {
 
 const FlagTable kConvertFlags = {
     {"-o, --output", "OUT.gguf", nullptr, "the GGUF file to write (required)"},
+    {"--type", "TYPE", "the checkpoint's", "hf: weight format of the matrices (f32, f16, bf16, q8_0, q4_0, ...)"},
+    {"--group", "N", "128", "hf: int4 group size"},
+    {"-t, --threads", "N", "0 (all cores)", "hf: threads"},
+    {"--quiet", nullptr, nullptr, "hf: no progress bar"},
 };
+
+int cmd_convert_hf(const Args& a) {
+  const auto& pos = a.positionals();
+  if (pos.size() != 2 || !a.has("--output"))
+    throw UsageError{"usage: infer convert hf DIR -o OUT.gguf [--type TYPE]"};
+  const std::string out = a.get("--output"), type = a.get("--type", "");
+  infer_quantize_params p;
+  infer_quantize_params_init(&p);
+  p.type = type.empty() ? nullptr : type.c_str();
+  p.group_size = static_cast<int32_t>(a.get_int("--group", 128, 1, 1 << 20));
+  p.n_threads = static_cast<int32_t>(a.get_int("--threads", 0, 0, 1024));
+  // One line per tensor group of 10% on stderr; notes as they come.
+  static int last_decile;
+  last_decile = -1;
+  if (!a.flag("--quiet"))
+    p.progress = [](double f, const char* what, void*) {
+      const int d = static_cast<int>(f * 10);
+      if (d == last_decile) return;
+      last_decile = d;
+      std::fprintf(stderr, "%3d%% %s\n", d * 10, what);
+    };
+  p.note = [](const char* msg, void*) { std::fprintf(stderr, "note: %s\n", msg); };
+  infer_quantize_result r;
+  r.struct_size = sizeof r;
+  check(infer_convert_hf(pos[1].c_str(), out.c_str(), &p, &r), "converting");
+  std::fprintf(stderr, "wrote %s: %lld tensors, %.1f MiB\n", out.c_str(), (long long)r.n_tensors, r.bytes_out / 1048576.0);
+  return 0;
+}
 
 int cmd_convert(int argc, char** argv) {
   Args a(argc, argv, 2, kConvertFlags);
   const auto& pos = a.positionals();
+  if (!pos.empty() && pos[0] == "hf") return cmd_convert_hf(a);
   if (pos.empty() || pos[0] != "llama2c")
-    throw UsageError{"usage: infer convert llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf"};
+    throw UsageError{"usage: infer convert llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf | infer convert hf DIR -o OUT.gguf [--type TYPE]"};
   if (pos.size() != 3 || !a.has("--output"))
     throw UsageError{"usage: infer convert llama2c CHECKPOINT TOKENIZER.bin -o OUT.gguf"};
   const std::string out = a.get("--output");
@@ -137,8 +170,10 @@ const Register kPerplexity{{"perplexity", "perplexity of a model on a text (and 
                             nullptr, cmd_perplexity}};
 const Register kBench{{"bench", "prefill and decode speed", "infer bench [-m MODEL] [-p 64] [-n 32] [-t 2] [--batch 1,4,16] [options]",
                        &kBenchFlags, nullptr, cmd_bench}};
-const Register kConvert{{"convert", "convert a llama2.c checkpoint to GGUF",
-                         "infer convert llama2c CHECKPOINT.bin TOKENIZER.bin -o OUT.gguf", &kConvertFlags, nullptr,
+const Register kConvert{{"convert", "convert a llama2.c checkpoint or a Hugging Face directory to GGUF",
+                         "infer convert llama2c CHECKPOINT.bin TOKENIZER.bin -o OUT.gguf | infer convert hf DIR -o OUT.gguf "
+                         "[--type TYPE]",
+                         &kConvertFlags, nullptr,
                          cmd_convert}};
 }  // namespace
 }  // namespace cli

@@ -138,7 +138,13 @@ typedef struct infer_model_params {
 INFER_API void infer_model_params_init(infer_model_params *params);
 
 /* Loads a GGUF model. params may be NULL (defaults). On failure *out is NULL
- * and the status says why (IO, FORMAT, UNSUPPORTED, OUT_OF_MEMORY). */
+ * and the status says why (IO, FORMAT, UNSUPPORTED, OUT_OF_MEMORY).
+ * Since 1.2, path may also be a Hugging Face model directory: config.json
+ * (model_type llama, mistral, mixtral, qwen2, qwen3, phi3, gemma, gemma2),
+ * model.safetensors or shards listed by model.safetensors.index.json (F32,
+ * F16, BF16 tensors, memory-mapped, not converted), tokenizer.json (BPE:
+ * byte-level or SentencePiece-style with byte fallback) and
+ * tokenizer_config.json (special tokens, chat_template). */
 INFER_API infer_status infer_model_load(const char *path, const infer_model_params *params,
                                         infer_model **out);
 /* NULL is accepted. */
@@ -767,6 +773,17 @@ INFER_API const char *infer_synth_preset_name(int32_t index);
  * GGUF file. */
 INFER_API infer_status infer_convert_llama2c(const char *checkpoint_path,
                                              const char *tokenizer_path, const char *out_path);
+
+/* Since 1.2. Converts a Hugging Face model directory (what infer_model_load
+ * accepts) into a GGUF file at out_path (atomically). params NULL, or
+ * params->type NULL: the matrices keep the checkpoint's types (F32, F16,
+ * BF16); otherwise they are converted to params->type by round to nearest
+ * (params->method must be INFER_QUANT_RTN; calibration is infer_quantize's
+ * job, on the converted file). Llama, Mistral and Mixtral Q/K rows are
+ * permuted from the checkpoint's rotate-half layout into the llama GGUF
+ * layout, so the file is a standard llama GGUF. result may be NULL. */
+INFER_API infer_status infer_convert_hf(const char *dir, const char *out_path, const infer_quantize_params *params,
+                                        infer_quantize_result *result);
 
 /* ---- perplexity -------------------------------------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 #include "core/threadpool.h"
 #include "infer/infer.h"
 #include "model/model.h"
+#include "tools/convert_hf.h"
 #include "tools/evaluate.h"
 #include "tools/llama2c.h"
 #include "quant/formats.h"
@@ -78,6 +79,41 @@ infer_status infer_quantize(const char* in_path, const char* out_path, const inf
     if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
     if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.user_data); };
     const infer::QuantizeStats st = infer::quantize_model(in_path, out_path, o);
+    if (result) {
+      infer_quantize_result r;
+      std::memset(&r, 0, sizeof r);
+      r.struct_size = sizeof r;
+      r.n_tensors = st.n_tensors;
+      r.n_quantized = st.n_quantized;
+      r.n_fallback = st.n_fallback;
+      r.bytes_in = st.bytes_in;
+      r.bytes_out = st.bytes_out;
+      write_out(result, r);
+    }
+    return INFER_OK;
+  });
+}
+
+infer_status infer_convert_hf(const char* dir, const char* out_path, const infer_quantize_params* params,
+                              infer_quantize_result* result) {
+  if (!dir || !out_path) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_convert_hf: paths must not be NULL");
+  if (params && !size_ok(params)) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_convert_hf: params->struct_size is wrong");
+  if (result && !size_ok(result)) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_convert_hf: result->struct_size is wrong");
+  infer_quantize_params p = read_params(params, infer_quantize_params_init);
+  if (!params) p.type = nullptr;
+  return guarded([&] {
+    infer::ConvertHfOptions o;
+    o.keep_types = p.type == nullptr;
+    if (p.type) o.type = parse_type(p.type, p.group_size);
+    if (infer::api::enum_value(p.method) != INFER_QUANT_RTN)
+      infer::raise(infer::Status::InvalidArgument, "infer_convert_hf: only round to nearest (INFER_QUANT_RTN); run "
+                                                   "infer_quantize with GPTQ or AWQ on the converted file");
+    if (p.n_threads < 0 || p.n_threads > infer::ThreadPool::kMaxThreads)
+      infer::raise(infer::Status::InvalidArgument, "infer_convert_hf: n_threads %d is out of range", p.n_threads);
+    o.n_threads = p.n_threads;
+    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
+    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.user_data); };
+    const infer::QuantizeStats st = infer::convert_hf(dir, out_path, o);
     if (result) {
       infer_quantize_result r;
       std::memset(&r, 0, sizeof r);

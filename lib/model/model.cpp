@@ -1,12 +1,16 @@
 #include "model/model.h"
 
 #include "core/error.h"
+#include "hf/hf.h"
 #include "model/weight_check.h"
 
 namespace infer {
 
 std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& opts) {
-  std::unique_ptr<GgufFile> gguf = GgufFile::open(path, opts.use_mmap);
+  // A directory is a Hugging Face model (config.json, safetensors, tokenizer.json),
+  // seen through the same GGUF-shaped view (lib/hf).
+  std::unique_ptr<GgufFile> gguf = hf::is_directory(path) ? hf::open_directory(path, opts.use_mmap, opts.vocab_only)
+                                                          : GgufFile::open(path, opts.use_mmap);
   std::unique_ptr<Tokenizer> tok = Tokenizer::create(*gguf);
   std::string arch = gguf->get_string("general.architecture").value_or("");
   if (arch.empty()) {

@@ -276,6 +276,13 @@ std::vector<std::string> PreTokenizer::names() {
   return out;
 }
 
+std::vector<std::string> PreTokenizer::patterns(std::string_view pre) {
+  std::vector<std::string> out;
+  if (const Family* f = find_family(pre))
+    for (const char* p : f->patterns) out.emplace_back(p);
+  return out;
+}
+
 std::unique_ptr<PreTokenizer> PreTokenizer::create(std::string_view pre, bool use_jit) {
   const Family* f = find_family(pre);
   if (!f)

@@ -47,6 +47,10 @@ class PreTokenizer {
   static bool lookup(std::string_view pre, PreTokenizerInfo* info);
   // Every accepted `tokenizer.ggml.pre` value.
   static std::vector<std::string> names();
+  // The regexes of a name's family as published (before `\s` is spelled
+  // out), in order; empty when the name is unknown. The Hugging Face loader
+  // (lib/hf) matches tokenizer.json's pre-tokenizer steps against them.
+  static std::vector<std::string> patterns(std::string_view pre);
 
   ~PreTokenizer();
   PreTokenizer(const PreTokenizer&) = delete;

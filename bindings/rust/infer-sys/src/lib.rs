@@ -580,6 +580,13 @@ extern "C" {
         tokenizer_path: *const c_char,
         out_path: *const c_char,
     ) -> infer_status;
+    /// Since 1.2: a Hugging Face model directory to GGUF (params NULL: keep the types).
+    pub fn infer_convert_hf(
+        dir: *const c_char,
+        out_path: *const c_char,
+        params: *const infer_quantize_params,
+        result: *mut infer_quantize_result,
+    ) -> infer_status;
     pub fn infer_perplexity_params_init(params: *mut infer_perplexity_params);
     pub fn infer_perplexity(
         model: *const infer_model,

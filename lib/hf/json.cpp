@@ -1,0 +1,251 @@
+#include "hf/json.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace infer {
+namespace hf {
+
+const char* json_kind_name(Json::Kind k) {
+  switch (k) {
+    case Json::Kind::Null: return "null";
+    case Json::Kind::Bool: return "a boolean";
+    case Json::Kind::Number: return "a number";
+    case Json::Kind::String: return "a string";
+    case Json::Kind::Array: return "an array";
+    case Json::Kind::Object: return "an object";
+  }
+  return "?";
+}
+
+const Json* Json::find(std::string_view key) const {
+  if (kind_ != Kind::Object) return nullptr;
+  for (size_t k = obj_.size(); k-- > 0;)
+    if (obj_[k].first == key) return &obj_[k].second;
+  return nullptr;
+}
+
+class JsonParser {
+ public:
+  JsonParser(std::string_view t, const char* what) : t_(t), what_(what) {}
+
+  Json document() {
+    Json v = value(0);
+    skip_ws();
+    if (p_ != t_.size()) fail("unexpected text after the JSON value");
+    return v;
+  }
+
+ private:
+  [[noreturn]] void fail(const char* msg) const {
+    raise(Status::Format, "%s: invalid JSON at byte %zu: %s", what_, p_, msg);
+  }
+  void skip_ws() {
+    while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\t' || t_[p_] == '\n' || t_[p_] == '\r')) ++p_;
+  }
+  bool literal(const char* w) {
+    const size_t n = std::strlen(w);
+    if (t_.compare(p_, n, w) != 0) return false;
+    p_ += n;
+    return true;
+  }
+
+  Json value(int depth) {
+    if (depth > Json::kMaxDepth) fail("nested too deeply");
+    skip_ws();
+    if (p_ >= t_.size()) fail("unexpected end of text");
+    Json v;
+    const char c = t_[p_];
+    if (c == '{') {
+      v.kind_ = Json::Kind::Object;
+      ++p_;
+      skip_ws();
+      if (p_ < t_.size() && t_[p_] == '}') { ++p_; return v; }
+      for (;;) {
+        skip_ws();
+        if (p_ >= t_.size() || t_[p_] != '"') fail("expected a string key");
+        std::string key = string();
+        skip_ws();
+        if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':'");
+        ++p_;
+        v.obj_.emplace_back(std::move(key), value(depth + 1));
+        skip_ws();
+        if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
+        if (p_ < t_.size() && t_[p_] == '}') { ++p_; return v; }
+        fail("expected ',' or '}'");
+      }
+    }
+    if (c == '[') {
+      v.kind_ = Json::Kind::Array;
+      ++p_;
+      skip_ws();
+      if (p_ < t_.size() && t_[p_] == ']') { ++p_; return v; }
+      for (;;) {
+        v.arr_.push_back(value(depth + 1));
+        skip_ws();
+        if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
+        if (p_ < t_.size() && t_[p_] == ']') { ++p_; return v; }
+        fail("expected ',' or ']'");
+      }
+    }
+    if (c == '"') {
+      v.kind_ = Json::Kind::String;
+      v.s_ = string();
+      return v;
+    }
+    if (literal("true")) { v.kind_ = Json::Kind::Bool; v.b_ = true; return v; }
+    if (literal("false")) { v.kind_ = Json::Kind::Bool; v.b_ = false; return v; }
+    if (literal("null")) return v;
+    if (c == '-' || (c >= '0' && c <= '9')) return number();
+    fail("unexpected character");
+  }
+
+  Json number() {
+    const size_t start = p_;
+    bool integral = true;
+    if (t_[p_] == '-') ++p_;
+    auto digits = [&]() {
+      const size_t s = p_;
+      while (p_ < t_.size() && t_[p_] >= '0' && t_[p_] <= '9') ++p_;
+      if (p_ == s) fail("malformed number");
+    };
+    if (p_ < t_.size() && t_[p_] == '0') {
+      ++p_;
+    } else {
+      digits();
+    }
+    if (p_ < t_.size() && t_[p_] == '.') { ++p_; digits(); integral = false; }
+    if (p_ < t_.size() && (t_[p_] == 'e' || t_[p_] == 'E')) {
+      ++p_;
+      if (p_ < t_.size() && (t_[p_] == '+' || t_[p_] == '-')) ++p_;
+      digits();
+      integral = false;
+    }
+    const std::string text(t_.substr(start, p_ - start));
+    Json v;
+    v.kind_ = Json::Kind::Number;
+    v.d_ = std::strtod(text.c_str(), nullptr);  // may be +-inf for huge values: checked by users
+    if (integral) {
+      errno = 0;
+      const long long x = std::strtoll(text.c_str(), nullptr, 10);
+      if (errno == 0) { v.is_int_ = true; v.i_ = x; }
+    }
+    return v;
+  }
+
+  static void put_utf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+
+  uint32_t hex4() {
+    if (t_.size() - p_ < 4) fail("truncated \\u escape");
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = t_[p_++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
+      else fail("bad \\u escape");
+    }
+    return v;
+  }
+
+  // Length of the well-formed UTF-8 sequence at p_, 0 when ill-formed.
+  size_t utf8_len() const {
+    const auto* s = reinterpret_cast<const unsigned char*>(t_.data()) + p_;
+    const size_t left = t_.size() - p_;
+    const unsigned char c = s[0];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; }
+    else return 0;
+    if (left < n) return 0;
+    for (size_t k = 1; k < n; ++k) {
+      if ((s[k] & 0xC0) != 0x80) return 0;
+      cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+      return 0;
+    return n;
+  }
+
+  std::string string() {
+    ++p_;  // opening quote
+    std::string out;
+    for (;;) {
+      if (p_ >= t_.size()) fail("unterminated string");
+      const unsigned char c = static_cast<unsigned char>(t_[p_]);
+      if (c == '"') { ++p_; return out; }
+      if (c < 0x20) fail("control character in a string");
+      if (c == '\\') {
+        ++p_;
+        if (p_ >= t_.size()) fail("unterminated string");
+        const char e = t_[p_++];
+        switch (e) {
+          case '"': out += '"'; break;
+          case '\\': out += '\\'; break;
+          case '/': out += '/'; break;
+          case 'b': out += '\b'; break;
+          case 'f': out += '\f'; break;
+          case 'n': out += '\n'; break;
+          case 'r': out += '\r'; break;
+          case 't': out += '\t'; break;
+          case 'u': {
+            uint32_t cp = hex4();
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+              if (t_.size() - p_ < 6 || t_[p_] != '\\' || t_[p_ + 1] != 'u') fail("unpaired surrogate");
+              p_ += 2;
+              const uint32_t lo = hex4();
+              if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired surrogate");
+              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+              fail("unpaired surrogate");
+            }
+            put_utf8(out, cp);
+            break;
+          }
+          default: fail("bad escape");
+        }
+        continue;
+      }
+      const size_t n = utf8_len();
+      if (n == 0) fail("invalid UTF-8 in a string");
+      out.append(t_.data() + p_, n);
+      p_ += n;
+    }
+  }
+
+  std::string_view t_;
+  const char* what_;
+  size_t p_ = 0;
+};
+
+Json Json::parse(std::string_view text, const char* what) {
+  JsonParser p(text, what);
+  return p.document();
+}
+
+}  // namespace hf
+}  // namespace infer

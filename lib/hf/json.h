@@ -1,0 +1,59 @@
+// A small JSON reader for the Hugging Face files (config.json, safetensors
+// headers, model.safetensors.index.json, tokenizer.json,
+// tokenizer_config.json). Strict RFC 8259 syntax, nesting limited to
+// kMaxDepth, strings validated as UTF-8 (\u escapes with surrogate pairs
+// decoded); integers without fraction or exponent that fit int64 are kept
+// exact. Any defect is Error(Format) naming `what` and the byte offset.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace infer {
+namespace hf {
+
+class Json {
+ public:
+  enum class Kind { Null, Bool, Number, String, Array, Object };
+  static constexpr int kMaxDepth = 128;
+
+  // Parses a whole document (only whitespace may follow the value).
+  static Json parse(std::string_view text, const char* what);
+
+  Kind kind() const { return kind_; }
+  bool is_null() const { return kind_ == Kind::Null; }
+  bool is_bool() const { return kind_ == Kind::Bool; }
+  bool is_number() const { return kind_ == Kind::Number; }
+  bool is_int() const { return kind_ == Kind::Number && is_int_; }
+  bool is_string() const { return kind_ == Kind::String; }
+  bool is_array() const { return kind_ == Kind::Array; }
+  bool is_object() const { return kind_ == Kind::Object; }
+
+  bool as_bool() const { return b_; }
+  double as_double() const { return d_; }
+  int64_t as_int() const { return i_; }
+  const std::string& as_string() const { return s_; }
+  const std::vector<Json>& items() const { return arr_; }                          // Array
+  const std::vector<std::pair<std::string, Json>>& members() const { return obj_; }  // Object
+  // Object member (the last one of that name), nullptr when absent or not an object.
+  const Json* find(std::string_view key) const;
+
+ private:
+  friend class JsonParser;
+  Kind kind_ = Kind::Null;
+  bool b_ = false, is_int_ = false;
+  double d_ = 0;
+  int64_t i_ = 0;
+  std::string s_;
+  std::vector<Json> arr_;
+  std::vector<std::pair<std::string, Json>> obj_;
+};
+
+const char* json_kind_name(Json::Kind k);
+
+}  // namespace hf
+}  // namespace infer

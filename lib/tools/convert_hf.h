@@ -1,0 +1,31 @@
+// `infer convert hf`: a Hugging Face model directory (lib/hf) written as a
+// GGUF file, with its weight matrices kept in the checkpoint's float types
+// or converted by round to nearest (tools/quantize.h's writer pieces).
+//
+// Q and K of llama-architecture checkpoints (Llama, Mistral, Mixtral) are
+// stored in HF's rotate-half layout; the directory view marks them with
+// `infer.rope.neox`. The converter permutes their rows (and biases) into the
+// interleaved layout llama GGUF files use and drops the key, so the output
+// is an ordinary llama GGUF that other readers run too. The permutation moves
+// whole rows, so the converted model computes exactly what the directory does.
+#pragma once
+
+#include <string>
+
+#include "tools/quantize.h"
+
+namespace infer {
+
+struct ConvertHfOptions {
+  bool keep_types = true;    // matrices as the checkpoint stores them (F32/F16/BF16)
+  DType type = DType::F16;   // else: this format for the quantizable matrices
+  int n_threads = 0;
+  std::function<void(double, const std::string&)> progress;
+  std::function<void(const std::string&)> note;
+};
+
+// Error(Io/Format/Unsupported) as the directory loader reports them;
+// Error(InvalidArgument) for a type that cannot be written.
+QuantizeStats convert_hf(const std::string& dir, const std::string& out_path, const ConvertHfOptions& o);
+
+}  // namespace infer
