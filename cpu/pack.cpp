@@ -52,19 +52,28 @@ void pack_k4(const WeightView& w, Panels& p, ThreadPool* pool) {
   const DTypeInfo* info = dtype_info(w.type);
   const int FG = static_cast<int>(info->block), block_bytes = static_cast<int>(info->bytes);  // file blocks
   p.kind = Panels::Kind::K4;
-  p.scales = w.type == DType::Q4_0 ? Panels::Scales::Q4_0
-           : w.type == DType::Q4_1 ? Panels::Scales::Q4_1
-           : w.type == DType::Q4_K ? Panels::Scales::Q4_K
-                                   : Panels::Scales::Int4;
-  p.has_z = p.scales == Panels::Scales::Int4;
-  // Q4_0 / Q4_1: four file blocks per panel group when the row allows.
-  const bool per_block = p.scales == Panels::Scales::Q4_0 || p.scales == Panels::Scales::Q4_1;
+  using Sc = Panels::Scales;
+  switch (w.type) {
+    case DType::Q4_0: p.scales = Sc::Q4_0; break;
+    case DType::Q4_1: p.scales = Sc::Q4_1; break;
+    case DType::Q4_K: p.scales = Sc::Q4_K; break;
+    case DType::Q5_0: p.scales = Sc::Q5_0; break;
+    case DType::Q5_1: p.scales = Sc::Q5_1; break;
+    case DType::Q5_K: p.scales = Sc::Q5_K; break;
+    case DType::Q6_K: p.scales = Sc::Q6_K; break;
+    default: p.scales = Sc::Int4; break;
+  }
+  p.has_z = p.scales == Sc::Int4;
+  // Q4_0 / Q4_1 / Q5_0 / Q5_1: four file blocks per panel group when the row allows.
+  const bool per_block = p.scales == Sc::Q4_0 || p.scales == Sc::Q4_1 || p.scales == Sc::Q5_0 || p.scales == Sc::Q5_1;
   const int G = per_block && w.n_in % 128 == 0 ? 128 : FG;
   const int fpg = G / FG;  // file blocks per group
+  const int hbits = k4_high_bits(p.scales);
+  const size_t block_bytes_p = k4_block_bytes(p.scales);  // a panel block: nibbles and high bits
   p.group = G;
   p.n_pad = w.n_in;
   const int64_t n_groups = w.n_in / G;
-  const size_t nib = static_cast<size_t>(G / 32) * 256;
+  const size_t nib = static_cast<size_t>(G / 32) * block_bytes_p;
   const size_t group_bytes = nib + k4_scale_bytes(p.scales, G / 32);
   p.panel_bytes = static_cast<size_t>(n_groups) * group_bytes;
   p.data = {alloc_aligned(p.panel_bytes * p.n_panels), std::free};
@@ -116,12 +125,75 @@ void pack_k4(const WeightView& w, Panels& p, ThreadPool* pool) {
             std::memcpy(sd + 288 + 2 * r, blk + 2, 2);  // dmin
             break;
           }
+          case Panels::Scales::Q5_0:
+          case Panels::Scales::Q5_1: {
+            const bool one = p.scales == Panels::Scales::Q5_1;  // Q5_1: f16 d, f16 m, u32 qh, qs
+            for (int j = 0; j < fpg; ++j) {
+              const uint8_t* bj = blk + j * block_bytes;
+              uint32_t qh;
+              std::memcpy(&qh, bj + (one ? 4 : 2), 4);
+              for (int k = 0; k < 32; ++k)
+                q[32 * j + k] = static_cast<uint8_t>(nibble(bj + (one ? 8 : 6), 16, k) | (((qh >> k) & 1u) << 4));
+              if (one) {
+                std::memcpy(sd + 64 * j + 2 * r, bj, 2);           // d
+                std::memcpy(sd + 64 * j + 32 + 2 * r, bj + 2, 2);  // m
+              } else {
+                std::memcpy(sd + 32 * j + 2 * r, bj, 2);  // d
+              }
+            }
+            break;
+          }
+          case Panels::Scales::Q5_K: {
+            // Q5_K: f16 d | f16 dmin | scales[12] | qh[32] | qs[128]; chunk c as Q4_K,
+            // 5th bits: bit 2c (first 32 values) and 2c + 1 (next 32) of qh[l].
+            const uint8_t* qh = blk + 16;
+            for (int c = 0; c < 4; ++c)
+              for (int l = 0; l < 32; ++l) {
+                q[64 * c + l] = static_cast<uint8_t>((blk[48 + 32 * c + l] & 0x0F) | (((qh[l] >> (2 * c)) & 1) << 4));
+                q[64 * c + 32 + l] = static_cast<uint8_t>((blk[48 + 32 * c + l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4));
+              }
+            for (int j = 0; j < 8; ++j) {
+              int sc, mn;
+              scale_min_k4(j, blk + 4, &sc, &mn);
+              sd[16 * j + r] = static_cast<uint8_t>(sc);
+              sd[128 + 16 * j + r] = static_cast<uint8_t>(mn);
+            }
+            std::memcpy(sd + 256 + 2 * r, blk, 2);      // d
+            std::memcpy(sd + 288 + 2 * r, blk + 2, 2);  // dmin
+            break;
+          }
+          case Panels::Scales::Q6_K: {
+            // Q6_K: ql[128] | qh[64] | i8 scales[16] | f16 d (quant/dequant.cpp).
+            for (int h = 0; h < 2; ++h)
+              for (int l = 0; l < 32; ++l) {
+                const uint8_t* ql = blk + 64 * h;
+                const int hb = blk[128 + 32 * h + l];
+                q[128 * h + l] = static_cast<uint8_t>((ql[l] & 0x0F) | ((hb & 3) << 4));
+                q[128 * h + l + 32] = static_cast<uint8_t>((ql[l + 32] & 0x0F) | (((hb >> 2) & 3) << 4));
+                q[128 * h + l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((hb >> 4) & 3) << 4));
+                q[128 * h + l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((hb >> 6) & 3) << 4));
+              }
+            for (int i = 0; i < 16; ++i) sd[32 * (i / 2) + 2 * r + (i % 2)] = blk[192 + i];  // sub-block i: values 16i ..
+            std::memcpy(sd + 256 + 2 * r, blk + 208, 2);  // d
+            break;
+          }
         }
         for (int b = 0; b < G / 32; ++b) {
+          uint8_t* bd = gd + b * block_bytes_p;
           for (int s = 0; s < 4; ++s) {
-            uint8_t* step = gd + b * 256 + s * 64 + 4 * r;
+            uint8_t* step = bd + s * 64 + 4 * r;
             const uint8_t* v = q + 32 * b + 8 * s;
-            for (int t = 0; t < 4; ++t) step[t] = static_cast<uint8_t>(v[t] | (v[t + 4] << 4));
+            for (int t = 0; t < 4; ++t) step[t] = static_cast<uint8_t>((v[t] & 0x0F) | ((v[t + 4] & 0x0F) << 4));
+            // High-bit plane (cpu/qmatmul.h): byte 4r + t after the nibbles.
+            for (int j = 0; j < 2 && hbits; ++j)
+              for (int t = 0; t < 4; ++t) {
+                const int hv = v[4 * j + t] >> 4;
+                if (hbits == 1) {
+                  bd[256 + 4 * r + t] |= static_cast<uint8_t>(hv << (2 * s + j));
+                } else {
+                  bd[256 + 64 * (s / 2) + 4 * r + t] |= static_cast<uint8_t>(hv << (2 * (2 * (s % 2) + j)));
+                }
+              }
           }
         }
       }
@@ -199,6 +271,7 @@ std::shared_ptr<Panels> pack_panels(const WeightView& w, ThreadPool* pool) {
   p->n_panels = (w.n_out + rows - 1) / rows;
   switch (w.type) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q4_K:
+    case DType::Q5_0: case DType::Q5_1: case DType::Q5_K: case DType::Q6_K:
     case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
       pack_k4(w, *p, pool);
       break;

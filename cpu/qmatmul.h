@@ -45,8 +45,9 @@ struct QActs {
 // Weight rows repacked into panels of kPanelRows interleaved rows (made once
 // per weight and kept in its WeightCache). Rows past n_out are zero.
 //
-// K4 (Q4_0, Q4_1, Q4_K, INT4_G*): for each group of `group` values (Q4_0 and
-//   Q4_1: 128 when n_in allows, else 32; 256 for Q4_K; G for INT4): group/32
+// K4 (Q4_0, Q4_1, Q4_K, INT4_G*; the 5- and 6-bit formats below): for each
+//   group of `group` values (Q4_0 and Q4_1: 128 when n_in allows, else 32;
+//   256 for Q4_K; G for INT4): group/32
 //   blocks of 4 steps of 64 bytes; in step s of block b (k0 = first value of
 //   the block + 8s), byte 4r + t holds value k0+t of row r in its low nibble
 //   and value k0+4+t in its high nibble (unsigned q, 0..15). After the
@@ -60,6 +61,22 @@ struct QActs {
 //     Q4_K: 8 x 16 u8 sc, 8 x 16 u8 mn (per block), 16 f16 d, 16 f16 dmin
 //                                          a = d sc, b = -dmin mn
 //   (the bytes per value stay those of the file format).
+// K4 with high bits (Q5_0, Q5_1, Q5_K: 1 bit; Q6_K: 2 bits): values of 5 or
+//   6 bits are split into the nibbles above and a high-bit plane right after
+//   each block's 256 nibble bytes (a block is 256 + 64 * bits bytes), laid
+//   out like one 64-byte step (byte 4r + t for row r):
+//     1 bit:  64 bytes; bit 2s + j of byte 4r + t is the 5th bit of value
+//             k0 + 4j + t of row r (k0 = first value of the block + 8s)
+//     2 bits: 2 x 64 bytes; in the v-th 64 bytes (steps 2v, 2v + 1), bits
+//             2p, 2p + 1 (p = 2 (s - 2v) + j) of byte 4r + t are bits 4, 5
+//             of value k0 + 4j + t of row r
+//   Groups: Q5_0 and Q5_1 as Q4_0 and Q4_1 (128 values when n_in allows),
+//   Q5_K and Q6_K 256 values; the group's scales after its blocks:
+//     Q5_0: per block, 16 f16 d            a = d, b = -16d
+//     Q5_1: as Q4_1                        a = d, b = m
+//     Q5_K: as Q4_K                        a = d sc, b = -dmin mn
+//     Q6_K: 8 x 32 i8 sc (byte 2r + j: the scale of values 16j .. 16j + 15
+//           of the block), 16 f16 d        w = d sc (q - 32)
 // K8 (Q8_0, W8A8): for each block of 32 values, 8 steps of 64 bytes; in step
 //   s, byte 4r + t is int8 value 32b + 4s + t of row r. Q8_0 (group 32): each
 //   block is followed by 16 f16 scales. W8A8 (group 0): the panel starts with
@@ -70,7 +87,7 @@ struct QActs {
 //   activation multiplies 32 output columns at once; no scales.
 struct Panels {
   enum class Kind { K4, K8, FP } kind = Kind::K4;
-  enum class Scales { Q4_0, Q4_1, Int4, Q4_K } scales = Scales::Q4_0;  // K4 only
+  enum class Scales { Q4_0, Q4_1, Int4, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K } scales = Scales::Q4_0;  // K4 only
   int64_t n_in = 0, n_out = 0, n_pad = 0, n_panels = 0;
   int rows = kPanelRows;  // rows of W per panel
   int group = 32;
@@ -87,11 +104,24 @@ inline size_t k4_scale_bytes(Panels::Scales s, int blocks) {
     case Panels::Scales::Q4_1: return 64 * static_cast<size_t>(blocks);
     case Panels::Scales::Int4: return 48;
     case Panels::Scales::Q4_K: return 320;
+    case Panels::Scales::Q5_0: return 32 * static_cast<size_t>(blocks);
+    case Panels::Scales::Q5_1: return 64 * static_cast<size_t>(blocks);
+    case Panels::Scales::Q5_K: return 320;
+    case Panels::Scales::Q6_K: return 288;
   }
   return 0;
 }
 
-// Makes the panels of w (Q4_0, Q4_1, Q4_K, INT4_G*, Q8_0, W8A8, F16, BF16), on the pool's threads
+// High bits per value of a K4 layout (0: plain nibbles).
+constexpr int k4_high_bits(Panels::Scales s) {
+  return s == Panels::Scales::Q6_K                                                             ? 2
+         : s == Panels::Scales::Q5_0 || s == Panels::Scales::Q5_1 || s == Panels::Scales::Q5_K ? 1
+                                                                                               : 0;
+}
+// Bytes of one 32-value block of a K4 panel: nibbles, then the high-bit plane.
+constexpr size_t k4_block_bytes(Panels::Scales s) { return 256 + 64 * static_cast<size_t>(k4_high_bits(s)); }
+
+// Makes the panels of w (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, INT4_G*, Q8_0, W8A8, F16, BF16), on the pool's threads
 // when one is given.
 std::shared_ptr<Panels> pack_panels(const WeightView& w, ThreadPool* pool);
 

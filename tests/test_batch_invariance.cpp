@@ -63,37 +63,32 @@ void make(Weight& w, DType t, int64_t n_in, int64_t n_out, uint32_t seed) {
   for (int64_t r = 0; r < n_out; ++r) quantize_row(t, &src[r * n_in], w.bytes.data() + r * rb, n_in);
 }
 
-}  // namespace
-
-TEST_CASE("batch invariance: a matmul row's bits do not depend on the number of rows", "[batch_invariance]") {
-  ThreadPool pool(2);
-  std::unique_ptr<Backend> be = make_cpu_backend(pool);
-  const int64_t n_in = 512, n_out = 80, M = 64;
+// For each ISA level this machine runs and each type: every m in 2..64
+// against each row computed alone (F32 below its m = 16 switch).
+void check_invariance(Backend& be, const std::vector<DType>& types, int64_t n_in, int64_t n_out) {
+  const int64_t M = 64;
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(M * n_in));
   for (auto& v : x) v = nd(rng);
-  const DType types[] = {DType::F32,  DType::F16,      DType::BF16,     DType::Q8_0,     DType::Q4_0,
-                         DType::Q4_1, DType::Q5_0,     DType::Q5_1,     DType::Q4_K,     DType::Q5_K,
-                         DType::Q6_K, DType::INT4_G32, DType::INT4_G128, DType::W8A8};
   const cpu::Isa top = cpu::detected_isa();
   for (int cap = 0; cap <= static_cast<int>(top); ++cap) {
     const cpu::Isa prev = cpu::set_isa_cap(static_cast<cpu::Isa>(cap));
     for (DType t : types) {
       if (t != DType::W8A8 && !can_quantize(t)) continue;
-      CAPTURE(cpu::isa_name(static_cast<cpu::Isa>(cap)), dtype_name(t));
+      CAPTURE(cpu::isa_name(static_cast<cpu::Isa>(cap)), dtype_name(t), n_in, n_out);
       Weight w;
       make(w, t, n_in, n_out, 5 + static_cast<uint32_t>(t));
       const WeightView v = w.view();
-      be->prepare_weight(v);
+      be.prepare_weight(v);
       // Each row alone.
       std::vector<float> alone(static_cast<size_t>(M * n_out));
-      for (int64_t i = 0; i < M; ++i) be->matmul(v, x.data() + i * n_in, 1, alone.data() + i * n_out);
+      for (int64_t i = 0; i < M; ++i) be.matmul(v, x.data() + i * n_in, 1, alone.data() + i * n_out);
       int mismatched_m = 0;
       const int64_t top_m = t == DType::F32 ? 15 : M;
       for (int64_t m = 2; m <= top_m; ++m) {
         std::vector<float> y(static_cast<size_t>(m * n_out));
-        be->matmul(v, x.data(), m, y.data());
+        be.matmul(v, x.data(), m, y.data());
         if (std::memcmp(y.data(), alone.data(), y.size() * sizeof(float)) != 0) {
           if (mismatched_m++ == 0) {
             int64_t i = 0;
@@ -107,4 +102,25 @@ TEST_CASE("batch invariance: a matmul row's bits do not depend on the number of 
     }
     cpu::set_isa_cap(prev);
   }
+}
+
+}  // namespace
+
+TEST_CASE("batch invariance: a matmul row's bits do not depend on the number of rows", "[batch_invariance]") {
+  ThreadPool pool(2);
+  std::unique_ptr<Backend> be = make_cpu_backend(pool);
+  check_invariance(*be,
+                   {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                    DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::INT4_G32, DType::INT4_G128, DType::W8A8},
+                   512, 80);
+}
+
+// The panels with high bits at shapes that end in a partial panel, with
+// one-block and four-block groups (Q5_0, Q5_1) and several super-blocks.
+TEST_CASE("batch invariance: Q5 and Q6_K panels at odd shapes", "[batch_invariance]") {
+  ThreadPool pool(2);
+  std::unique_ptr<Backend> be = make_cpu_backend(pool);
+  check_invariance(*be, {DType::Q5_0, DType::Q5_1}, 320, 83);
+  check_invariance(*be, {DType::Q5_0, DType::Q5_1, DType::Q5_K, DType::Q6_K}, 768, 83);
+  check_invariance(*be, {DType::Q5_K, DType::Q6_K}, 256, 7);
 }

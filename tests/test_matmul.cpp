@@ -223,6 +223,23 @@ TEST_CASE("matmul: K formats on every ISA", "[matmul]") {
   }
 }
 
+// The panels with high bits (Q5_0, Q5_1: 32- and 128-value groups; Q5_K,
+// Q6_K: 256) at every row count the drivers distinguish: decode's whole-panel
+// kernel (m <= 2), the half-panel tiles of 4 rows and their remainders.
+TEST_CASE("matmul: Q5_0, Q5_1, Q5_K and Q6_K panels at every m in 1..64", "[matmul]") {
+  std::vector<int64_t> all_m;
+  for (int64_t m = 1; m <= 64; ++m) all_m.push_back(m);
+  for (DType t : {DType::Q5_0, DType::Q5_1}) {
+    run_case(t, 320, 37, all_m, 2);  // 10 blocks: groups of one block; N odd, across panels
+    run_case(t, 512, 21, all_m, 2);  // groups of four blocks
+    run_case(t, 128, 5, {1, 2, 3, 9}, 3);
+  }
+  for (DType t : {DType::Q5_K, DType::Q6_K}) {
+    run_case(t, 512, 37, all_m, 2);
+    run_case(t, 256, 5, {1, 2, 3, 9}, 3);  // N smaller than a panel
+  }
+}
+
 TEST_CASE("matmul: INT4 group formats on every ISA", "[matmul]") {
   for (DType t : {DType::INT4_G32, DType::INT4_G64, DType::INT4_G128}) {
     run_case(t, 384, 37, kAllM, 2);

@@ -8,10 +8,8 @@
 //    rows sit in the 8 dword lanes of a register, 4 consecutive values of
 //    each, so one broadcast dword of int8 activations multiplies all 8 rows
 //    at once (maddubs), and the per-block scale of the 8 rows is one vector.
-//  - Block formats in their file layout (Q5_0, Q5_1, Q5_K, Q6_K):
-//    one weight row at a time against up to 4 activation rows; each 32-value
-//    unit is decoded once to unsigned bytes and multiplied with int8
-//    activations (maddubs + madd), then scaled in f32.
+//  - Panels with high bits (Q5_0, Q5_1, Q5_K, Q6_K): the K4 nibbles plus a
+//    plane of 5th (6th) bits OR-ed in before the same maddubs products.
 //  - Float formats (F32, F16, BF16): dot products for small m; for larger m
 //    a 16-row panel converted to f32 and transposed ([k][16]) feeds a
 //    4 x 16 FMA micro-kernel.
@@ -21,6 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/fp16.h"
@@ -406,162 +406,190 @@ TileFn panels_for(int64_t m) {
   return m <= 2 ? panel_one_tile<Full> : panel_tiles<Half>;
 }
 
-// ---- block formats in their file layout -------------------------------------------------
+// ---- panels: K4 with high bits (Q5_0, Q5_1, Q5_K, Q6_K) ---------------------------------
 
-// 16 bytes of nibbles -> 32 unsigned bytes: byte j's low nibble is value j,
-// its high nibble value j + 16.
-inline __m256i nibbles32(const uint8_t* qs) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
-
-// 32 bits -> 32 bytes: byte j is 0x10 when bit j is set (the 5th bit of Q5 values).
-inline __m256i bit5(uint32_t bits) {
-  const __m256i rep = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(static_cast<int>(bits)),
-      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-  const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
-  const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(rep, sel), sel);
-  return _mm256_and_si256(on, _mm256_set1_epi8(0x10));
-}
-
-// Accumulates unit u (32 unsigned values q, value = a * q + b) of one weight
-// row into NX activation rows.
-template <int NX>
-struct UnitAcc {
-  __m256 acc[NX];
-  float off[NX];
-  const QActs* qa;
-  int64_t i0;
-  UnitAcc(const QActs* q, int64_t i) : qa(q), i0(i) {
-    for (int r = 0; r < NX; ++r) {
-      acc[r] = _mm256_setzero_ps();
-      off[r] = 0;
-    }
-  }
-  inline void add(int64_t u, __m256i q, float a, float b) {
-    const __m256 av = _mm256_set1_ps(a);
-    for (int r = 0; r < NX; ++r) {
-      const int64_t ai = (i0 + r) * qa->nb + u;
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa->row(i0 + r) + 32 * u));
-      const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), ones16());
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(av, _mm256_set1_ps(qa->d[ai])), acc[r]);
-      off[r] += b * qa->xs[ai];
-    }
-  }
-  // Q6_K: signed values w, with one i16 scale per 16 values in sc16 and a common factor a.
-  inline void add_signed(int64_t u, __m256i w, __m256i sc16, float a) {
-    const __m256 av = _mm256_set1_ps(a);
-    const __m256i aw = _mm256_sign_epi8(w, w);
-    for (int r = 0; r < NX; ++r) {
-      const int64_t ai = (i0 + r) * qa->nb + u;
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qa->row(i0 + r) + 32 * u));
-      const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w)), sc16);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(av, _mm256_set1_ps(qa->d[ai])), acc[r]);
-    }
-  }
-  void finish(float* y, int64_t ldy) const {
-    for (int r = 0; r < NX; ++r) y[r * ldy] = hsum(acc[r]) + off[r];
-  }
-};
-
-// Decoders: call acc.add for every 32-value unit of one row.
-struct DecQ5_0 {
-  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
-    for (int64_t b = 0; b < n / 32; ++b, w += 22) {
-      uint32_t qh;
-      std::memcpy(&qh, w + 2, 4);
-      const float d = f16(w);
-      acc.add(b, _mm256_or_si256(nibbles32(w + 6), bit5(qh)), d, -16.0f * d);
-    }
-  }
-};
-struct DecQ5_1 {
-  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
-    for (int64_t b = 0; b < n / 32; ++b, w += 24) {
-      uint32_t qh;
-      std::memcpy(&qh, w + 4, 4);
-      acc.add(b, _mm256_or_si256(nibbles32(w + 8), bit5(qh)), f16(w), f16(w + 2));
-    }
-  }
-};
-
-inline void scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *mn = q[j + 4] & 63;
+// Bits [Bit, Bit + W) of every byte of h moved to bits [4, 4 + W), the rest
+// cleared. 16-bit shifts: for these counts (Bit <= 7 for W = 1, Bit <= 6 for
+// W = 2) no bit of the other byte lands in the kept bits.
+template <int Bit, int W>
+inline __m256i high_at4(__m256i h) {
+  const __m256i keep = _mm256_set1_epi8(W == 1 ? 0x10 : 0x30);
+  if constexpr (Bit < 4) {
+    return _mm256_and_si256(_mm256_slli_epi16(h, 4 - Bit), keep);
+  } else if constexpr (Bit > 4) {
+    return _mm256_and_si256(_mm256_srli_epi16(h, Bit - 4), keep);
   } else {
-    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    return _mm256_and_si256(h, keep);
   }
 }
 
-template <bool Five>
-struct DecQK {  // Q5_K (Five = true); Q4_K goes through K4 panels
-  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
-    const size_t bytes = Five ? 176 : 144;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int64_t s = 0; s < n / 256; ++s, w += bytes) {
-      const float d = f16(w), dmin = f16(w + 2);
-      const uint8_t* qs = w + (Five ? 48 : 16);
-      __m256i qh = _mm256_setzero_si256();
-      if (Five) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16));
-      for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * c));
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if (Five) {
-          const __m256i one = _mm256_set1_epi8(1);
-          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one), 4));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one), 4));
+// f(std::integral_constant<int, i>{}) for i = 0 .. N-1 (loop indices that are shift counts).
+template <class F, int... I>
+inline void unroll_seq(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+inline void unroll(F&& f) {
+  unroll_seq(f, std::make_integer_sequence<int, N>{});
+}
+
+// (S_a, S_b) as the two i16 halves of every dword: the sums of values 0..15
+// and 16..31 of a block of 32 int8 activations (|S| <= 16 * 127).
+inline __m256i half_sums(const int8_t* xq) {
+  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xv), ones16());  // 8 sums of 4
+  p = _mm256_hadd_epi32(p, p);
+  p = _mm256_hadd_epi32(p, p);  // low 128 bits: S_a in every dword; high: S_b
+  const __m256i sa = _mm256_permute2x128_si256(p, p, 0x00), sb = _mm256_permute2x128_si256(p, p, 0x11);
+  return _mm256_blend_epi16(sa, _mm256_slli_epi32(sb, 16), 0xAA);
+}
+
+// NH halves (8 rows of W each) of a K4 panel with high bits against NX rows
+// of x starting at i0: NH = 2, the whole panel in one pass (decode, m <= 2;
+// see k4_full), or NH = 1, half `half0` (larger m, more rows of x per pass).
+// Both compute each output with the very same operations, so a row's result
+// does not depend on m (batch invariance).
+//  - Q5_0, Q5_1, Q5_K: unsigned 5-bit q times int8 x (maddubs); i16 lanes
+//    hold at most 8 products of 31 * 127 (two steps) before madd widens
+//    them; then w = a q + b per block as K4 (b * Σx from QActs::xs).
+//  - Q6_K: unsigned 6-bit q; a step's i16 lanes (4 products of 63 * 127)
+//    are widened by madd with the row's 16-value scale sc, and the -32
+//    offset is the integer 32 (sc_a S_a + sc_b S_b) of the block's two
+//    16-value activation sums: Σ sc (q - 32) x exactly in int32, times d and
+//    the activation scale.
+template <int NX, Panels::Scales S, int NH>
+void kq_panel(const Panels& P, const uint8_t* panel, int half0, const QActs& qa, int64_t i0, float* out /*[NX][8*NH]*/) {
+  using Sc = Panels::Scales;
+  constexpr bool kQ6 = S == Sc::Q6_K;
+  constexpr size_t kBlock = k4_block_bytes(S);
+  const int G = P.group;
+  const int bpg = G / 32;
+  const size_t nib = static_cast<size_t>(bpg) * kBlock, group_bytes = nib + k4_scale_bytes(S, bpg);
+  const int64_t n_groups = P.n_pad / G;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const int pf = (NH == 2 || half0 == 0) ? prefetch_distance() : 0;
+  auto f16x8 = [](const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
+  auto u8x8 = [](const uint8_t* p) {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v)));
+  };
+  int hh[NH];  // the halves this call computes
+  for (int h = 0; h < NH; ++h) hh[h] = NH == 2 ? h : half0;
+  __m256 acc[NX][NH];
+  for (int r = 0; r < NX; ++r)
+    for (int h = 0; h < NH; ++h) acc[r][h] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* gd = panel + g * group_bytes;
+    const uint8_t* sd = gd + nib;
+    __m256 dsup[NH], msup[NH];
+    for (int h = 0; h < NH; ++h) {
+      dsup[h] = msup[h] = _mm256_setzero_ps();
+      if constexpr (S == Sc::Q5_K) {
+        dsup[h] = f16x8(sd + 256 + 16 * hh[h]);
+        msup[h] = _mm256_sub_ps(_mm256_setzero_ps(), f16x8(sd + 288 + 16 * hh[h]));
+      } else if constexpr (kQ6) {
+        dsup[h] = f16x8(sd + 256 + 16 * hh[h]);
+      }
+    }
+    for (int b = 0; b < bpg; ++b) {
+      const uint8_t* bd = gd + b * kBlock;
+      prefetch_span(b == 0 ? gd : bd, b == bpg - 1 ? gd + group_bytes : bd + kBlock, pf);
+      const int64_t blk = g * bpg + b;
+      // Per row of W: w = dv q + mv (Q5); the scale pairs (Q6).
+      __m256 dv[NH], mv[NH];
+      __m256i scp[NH], sca[NH], scb[NH];
+      for (int h = 0; h < NH; ++h) {
+        dv[h] = mv[h] = _mm256_setzero_ps();
+        scp[h] = sca[h] = scb[h] = _mm256_setzero_si256();
+        if constexpr (S == Sc::Q5_0) {
+          dv[h] = f16x8(sd + 32 * b + 16 * hh[h]);
+          mv[h] = _mm256_mul_ps(_mm256_set1_ps(-16.0f), dv[h]);
+        } else if constexpr (S == Sc::Q5_1) {
+          dv[h] = f16x8(sd + 64 * b + 16 * hh[h]);
+          mv[h] = f16x8(sd + 64 * b + 32 + 16 * hh[h]);
+        } else if constexpr (S == Sc::Q5_K) {
+          dv[h] = _mm256_mul_ps(dsup[h], u8x8(sd + 16 * b + 8 * hh[h]));
+          mv[h] = _mm256_mul_ps(msup[h], u8x8(sd + 128 + 16 * b + 8 * hh[h]));
+        } else {
+          scp[h] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sd + 32 * b + 16 * hh[h])));
+          sca[h] = _mm256_shuffle_epi8(scp[h], _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0,
+                                                                1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13));
+          scb[h] = _mm256_shuffle_epi8(scp[h], _mm256_setr_epi8(2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15, 2,
+                                                                3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15));
         }
-        int sc, mn;
-        scale_min_k4(2 * c, w + 4, &sc, &mn);
-        acc.add(8 * s + 2 * c, lo, d * static_cast<float>(sc), -(dmin * static_cast<float>(mn)));
-        scale_min_k4(2 * c + 1, w + 4, &sc, &mn);
-        acc.add(8 * s + 2 * c + 1, hi, d * static_cast<float>(sc), -(dmin * static_cast<float>(mn)));
+      }
+      __m256i s32[NX][NH], s16[NX][NH];
+      for (int r = 0; r < NX; ++r)
+        for (int h = 0; h < NH; ++h) s32[r][h] = s16[r][h] = _mm256_setzero_si256();
+      unroll<4>([&](auto step) {
+        constexpr int s = decltype(step)::value;
+        for (int h = 0; h < NH; ++h) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s + 32 * hh[h]));
+          __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if constexpr (kQ6) {
+            const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 256 + 64 * (s / 2) + 32 * hh[h]));
+            lo = _mm256_or_si256(lo, high_at4<4 * (s % 2), 2>(H));
+            hi = _mm256_or_si256(hi, high_at4<4 * (s % 2) + 2, 2>(H));
+          } else {
+            const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 256 + 32 * hh[h]));
+            lo = _mm256_or_si256(lo, high_at4<2 * s, 1>(H));
+            hi = _mm256_or_si256(hi, high_at4<2 * s + 1, 1>(H));
+          }
+          for (int r = 0; r < NX; ++r) {
+            const int8_t* xq = qa.row(i0 + r) + blk * 32 + 8 * s;
+            const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast32(xq)), _mm256_maddubs_epi16(hi, bcast32(xq + 4)));
+            if constexpr (kQ6) {
+              s32[r][h] = _mm256_add_epi32(s32[r][h], _mm256_madd_epi16(t, s < 2 ? sca[h] : scb[h]));
+            } else if constexpr (s % 2 == 0) {
+              s16[r][h] = t;
+            } else {
+              s32[r][h] = _mm256_add_epi32(s32[r][h], _mm256_madd_epi16(_mm256_add_epi16(s16[r][h], t), ones16()));
+            }
+          }
+        }
+      });
+      for (int r = 0; r < NX; ++r) {
+        const int64_t ai = (i0 + r) * qa.nb + blk;
+        const __m256 xd = _mm256_set1_ps(qa.d[ai]);
+        if constexpr (kQ6) {
+          const __m256i hs = half_sums(qa.row(i0 + r) + blk * 32);
+          for (int h = 0; h < NH; ++h) {
+            const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(scp[h], hs), 5);
+            acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s32[r][h], off)), _mm256_mul_ps(dsup[h], xd), acc[r][h]);
+          }
+        } else {
+          const __m256 xs = _mm256_set1_ps(qa.xs[ai]);
+          for (int h = 0; h < NH; ++h) {
+            acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[r][h]), _mm256_mul_ps(dv[h], xd), acc[r][h]);
+            acc[r][h] = _mm256_fmadd_ps(mv[h], xs, acc[r][h]);
+          }
+        }
       }
     }
   }
-};
+  for (int r = 0; r < NX; ++r)
+    for (int h = 0; h < NH; ++h) _mm256_storeu_ps(out + 8 * NH * r + 8 * h, acc[r][h]);
+}
 
-struct DecQ6_K {
-  template <class A> static void row(const uint8_t* w, int64_t n, A& acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
-    for (int64_t s = 0; s < n / 256; ++s, w += 210) {
-      const float d = f16(w + 208);
-      const int8_t* sc = reinterpret_cast<const int8_t*>(w + 192);
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* ql = w + 64 * h;
-        const __m256i L0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
-        const __m256i L1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
-        const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 128 + 32 * h));
-        const __m256i lows[4] = {_mm256_and_si256(L0, m4), _mm256_and_si256(L1, m4),
-                                 _mm256_and_si256(_mm256_srli_epi16(L0, 4), m4),
-                                 _mm256_and_si256(_mm256_srli_epi16(L1, 4), m4)};
-        for (int k = 0; k < 4; ++k) {
-          const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2 * k), m2), 4);
-          const __m256i wv = _mm256_sub_epi8(_mm256_or_si256(lows[k], hb), k32);
-          const int is = 8 * h + 2 * k;
-          const __m256i sc16 = _mm256_set_m128i(_mm_set1_epi16(sc[is + 1]), _mm_set1_epi16(sc[is]));
-          acc.add_signed(8 * s + 4 * h + k, wv, sc16, d);
-        }
-      }
-    }
-  }
-};
-
-// A decoder as cpu/gemm_driver.h's row_tiles takes it: one weight row
-// against up to 4 rows of x.
-template <class Dec>
-struct BlockRows {
-  static constexpr int kRows = 4;
+// kq_panel as cpu/gemm_driver.h's panel drivers take it (as K4Half / K4Full).
+template <Panels::Scales S>
+struct KqHalf {
+  static constexpr int kCols = 8, kRows = 4;
   template <int NX>
-  static void run(const MatmulArgs& a, const uint8_t* wr, int64_t i, float* y) {
-    UnitAcc<NX> acc(a.qa, i);
-    Dec::row(wr, a.w->n_in, acc);
-    acc.finish(y, a.w->n_out);
+  static void run(const Panels& P, const uint8_t* p, int part, const QActs& q, int64_t i, float* o) {
+    kq_panel<NX, S, 1>(P, p, part, q, i, o);
   }
+  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
+};
+template <Panels::Scales S>
+struct KqFull {
+  static constexpr int kCols = 16, kRows = 2;
+  template <int NX>
+  static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
+    kq_panel<NX, S, 2>(P, p, 0, q, i, o);
+  }
+  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
 };
 
 // ---- float formats -------------------------------------------------------------------------
@@ -791,11 +819,11 @@ FormatKernel format_kernel(DType t, int64_t m) {
     case DType::Q8_0: k.tile = panels_for<K8Half<false>, K8Full<false>>(m); k.act_block = 32; k.panels = true; break;
     case DType::W8A8: k.tile = panels_for<K8Half<true>, K8Full<true>>(m); k.act_block = -1; k.panels = true; break;
     case DType::Q4_1: k.tile = panels_for<K4Half<Sc::Q4_1>, K4Full<Sc::Q4_1>>(m); k.act_block = 32; k.panels = true; break;
-    case DType::Q5_0: k.tile = row_tiles<BlockRows<DecQ5_0>>; k.act_block = 32; break;
-    case DType::Q5_1: k.tile = row_tiles<BlockRows<DecQ5_1>>; k.act_block = 32; break;
+    case DType::Q5_0: k.tile = panels_for<KqHalf<Sc::Q5_0>, KqFull<Sc::Q5_0>>(m); k.act_block = 32; k.panels = true; break;
+    case DType::Q5_1: k.tile = panels_for<KqHalf<Sc::Q5_1>, KqFull<Sc::Q5_1>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q4_K: k.tile = panels_for<K4Half<Sc::Q4_K>, K4Full<Sc::Q4_K>>(m); k.act_block = 32; k.panels = true; break;
-    case DType::Q5_K: k.tile = row_tiles<BlockRows<DecQK<true>>>; k.act_block = 32; break;
-    case DType::Q6_K: k.tile = row_tiles<BlockRows<DecQ6_K>>; k.act_block = 32; break;
+    case DType::Q5_K: k.tile = panels_for<KqHalf<Sc::Q5_K>, KqFull<Sc::Q5_K>>(m); k.act_block = 32; k.panels = true; break;
+    case DType::Q6_K: k.tile = panels_for<KqHalf<Sc::Q6_K>, KqFull<Sc::Q6_K>>(m); k.act_block = 32; k.panels = true; break;
     case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : row_tiles<F32Dot>; break;
     case DType::F16: k.tile = tile_fp<Fp, PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     case DType::BF16: k.tile = tile_fp<Fp, PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;

@@ -10,6 +10,8 @@
 //    weights need unsigned activations, so they use q + 128 and subtract
 //    128 * Σw (per block from an extra vpdpbusd shared by all activation
 //    rows; for W8A8 from the row sums stored in the panel).
+//    Q5_0, Q5_1, Q5_K, Q6_K: K4 panels with a plane of high bits OR-ed into
+//    the nibbles before the same vpdpbusd.
 //  - Float formats: dot products for small m; for larger m, 32-row panels
 //    converted to f32 and transposed feed a 6 x 32 FMA micro-kernel.
 // GCC 12 warns about its own intrinsic headers (_mm512_undefined_* inside
@@ -23,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "core/fp16.h"
 #include "cpu/avx512/panel_common.h"
@@ -125,6 +128,126 @@ void k8_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
   for (int r = 0; r < NX; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
 }
 
+// ---- K4 panels with high bits: Q5_0, Q5_1, Q5_K, Q6_K ----------------------------------
+
+// Bits [Bit, Bit + W) of every byte of h moved to bits [4, 4 + W), the rest
+// cleared (as the AVX2 kernels: no bit of the other byte of a 16-bit lane
+// reaches the kept bits for these counts).
+template <int Bit, int W>
+inline __m512i high_at4(__m512i h) {
+  const __m512i keep = _mm512_set1_epi8(W == 1 ? 0x10 : 0x30);
+  if constexpr (Bit < 4) {
+    return _mm512_and_si512(_mm512_slli_epi16(h, 4 - Bit), keep);
+  } else if constexpr (Bit > 4) {
+    return _mm512_and_si512(_mm512_srli_epi16(h, Bit - 4), keep);
+  } else {
+    return _mm512_and_si512(h, keep);
+  }
+}
+
+// Σ of 16 int8 values (through the unsigned sums of x + 128).
+inline int32_t sum16_i8(const int8_t* x) {
+  const __m128i u = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)), _mm_set1_epi8(-128));
+  const __m128i s = _mm_sad_epu8(u, _mm_setzero_si128());
+  return _mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2) - 16 * 128;
+}
+
+// All 16 rows of a K4 panel with high bits against NX rows of x: vpdpbusd
+// of the unsigned 5- or 6-bit values with int8 activations, in int32.
+// Q5_*: w = a q + b per block (b * Σx from QActs::xs). Q6_K: per 16-value
+// sub-block, sc (Σ q x - 32 Σ x) in int32, times d and the activation scale.
+template <int NX, Panels::Scales S>
+void kq_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
+  using Sc = Panels::Scales;
+  constexpr bool kQ6 = S == Sc::Q6_K;
+  constexpr size_t kBlock = k4_block_bytes(S);
+  const int G = P.group;
+  const int bpg = G / 32;
+  const size_t nib = static_cast<size_t>(bpg) * kBlock, group_bytes = nib + k4_scale_bytes(S, bpg);
+  const int64_t n_groups = P.n_pad / G;
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const int kPrefetchBytes = prefetch_distance();
+  auto u8x16 = [](const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  };
+  __m512 acc[NX];
+  for (int r = 0; r < NX; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* gd = panel + g * group_bytes;
+    const uint8_t* sd = gd + nib;
+    __m512 dsup = _mm512_setzero_ps(), msup = _mm512_setzero_ps();
+    if constexpr (S == Sc::Q5_K) {
+      dsup = load_f16x16(sd + 256);
+      msup = _mm512_sub_ps(_mm512_setzero_ps(), load_f16x16(sd + 288));
+    } else if constexpr (kQ6) {
+      dsup = load_f16x16(sd + 256);
+    }
+    for (int b = 0; b < bpg; ++b) {
+      const uint8_t* bd = gd + b * kBlock;
+      prefetch_span(b == 0 ? gd : bd, b == bpg - 1 ? gd + group_bytes : bd + kBlock, kPrefetchBytes);
+      const int64_t blk = g * bpg + b;
+      __m512 dv = _mm512_setzero_ps(), mv = _mm512_setzero_ps();
+      __m512i sca = _mm512_setzero_si512(), scb = _mm512_setzero_si512();
+      if constexpr (S == Sc::Q5_0) {
+        dv = load_f16x16(sd + 32 * b);
+        mv = _mm512_mul_ps(_mm512_set1_ps(-16.0f), dv);
+      } else if constexpr (S == Sc::Q5_1) {
+        dv = load_f16x16(sd + 64 * b);
+        mv = load_f16x16(sd + 64 * b + 32);
+      } else if constexpr (S == Sc::Q5_K) {
+        dv = _mm512_mul_ps(dsup, u8x16(sd + 16 * b));
+        mv = _mm512_mul_ps(msup, u8x16(sd + 128 + 16 * b));
+      } else {
+        // dword r: (sc_a, sc_b) of row r as i16, split into two i32 vectors.
+        const __m512i scp = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sd + 32 * b)));
+        sca = _mm512_srai_epi32(_mm512_slli_epi32(scp, 16), 16);
+        scb = _mm512_srai_epi32(scp, 16);
+      }
+      __m512i s32[NX], s32b[NX];
+      for (int r = 0; r < NX; ++r) s32[r] = s32b[r] = _mm512_setzero_si512();
+      auto step = [&](auto sc) {
+        constexpr int s = decltype(sc)::value;
+        const __m512i v = _mm512_loadu_si512(bd + 64 * s);
+        __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if constexpr (kQ6) {
+          const __m512i H = _mm512_loadu_si512(bd + 256 + 64 * (s / 2));
+          lo = _mm512_or_si512(lo, high_at4<4 * (s % 2), 2>(H));
+          hi = _mm512_or_si512(hi, high_at4<4 * (s % 2) + 2, 2>(H));
+        } else {
+          const __m512i H = _mm512_loadu_si512(bd + 256);
+          lo = _mm512_or_si512(lo, high_at4<2 * s, 1>(H));
+          hi = _mm512_or_si512(hi, high_at4<2 * s + 1, 1>(H));
+        }
+        for (int r = 0; r < NX; ++r) {
+          const int8_t* xq = qa.row(i0 + r) + blk * 32 + 8 * s;
+          __m512i& t = kQ6 && s >= 2 ? s32b[r] : s32[r];
+          t = _mm512_dpbusd_epi32(t, lo, bcast32(xq));
+          t = _mm512_dpbusd_epi32(t, hi, bcast32(xq + 4));
+        }
+      };
+      step(std::integral_constant<int, 0>{});
+      step(std::integral_constant<int, 1>{});
+      step(std::integral_constant<int, 2>{});
+      step(std::integral_constant<int, 3>{});
+      for (int r = 0; r < NX; ++r) {
+        const int64_t ai = (i0 + r) * qa.nb + blk;
+        const __m512 xd = _mm512_set1_ps(qa.d[ai]);
+        if constexpr (kQ6) {
+          const int8_t* xq = qa.row(i0 + r) + blk * 32;
+          const __m512i ta = _mm512_sub_epi32(s32[r], _mm512_set1_epi32(32 * sum16_i8(xq)));
+          const __m512i tb = _mm512_sub_epi32(s32b[r], _mm512_set1_epi32(32 * sum16_i8(xq + 16)));
+          const __m512i t = _mm512_add_epi32(_mm512_mullo_epi32(ta, sca), _mm512_mullo_epi32(tb, scb));
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dsup, xd), acc[r]);
+        } else {
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s32[r]), _mm512_mul_ps(dv, xd), acc[r]);
+          acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(qa.xs[ai]), acc[r]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < NX; ++r) _mm512_storeu_ps(out + 16 * r, acc[r]);
+}
+
 // The panel micro-kernels as cpu/gemm_driver.h's panel_tiles takes them: a
 // whole panel (16 rows of W) against up to 8 rows of x.
 struct Store16 {
@@ -136,6 +259,13 @@ struct K4 : Store16 {
   template <int NX>
   static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
     k4_panel<NX, S>(P, p, q, i, o);
+  }
+};
+template <Panels::Scales S>
+struct Kq : Store16 {
+  template <int NX>
+  static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
+    kq_panel<NX, S>(P, p, q, i, o);
   }
 };
 template <bool PerRow>
@@ -344,6 +474,10 @@ FormatKernel format_kernel(DType t, int64_t m) {
     case DType::Q4_K: k.tile = panel_tiles<K4<Sc::Q4_K>>; k.act_block = 32; k.panels = true; break;
     case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
       k.tile = panel_tiles<K4<Sc::Int4>>; k.act_block = 32; k.panels = true; break;
+    case DType::Q5_0: k.tile = panel_tiles<Kq<Sc::Q5_0>>; k.act_block = 32; k.panels = true; break;
+    case DType::Q5_1: k.tile = panel_tiles<Kq<Sc::Q5_1>>; k.act_block = 32; k.panels = true; break;
+    case DType::Q5_K: k.tile = panel_tiles<Kq<Sc::Q5_K>>; k.act_block = 32; k.panels = true; break;
+    case DType::Q6_K: k.tile = panel_tiles<Kq<Sc::Q6_K>>; k.act_block = 32; k.panels = true; break;
     case DType::Q8_0: k.tile = panel_tiles<K8<false>>; k.act_block = 32; k.act_u8 = true; k.panels = true; break;
     case DType::W8A8: k.tile = panel_tiles<K8<true>>; k.act_block = -1; k.act_u8 = true; k.panels = true; break;
     case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : row_tiles<F32Dot>; break;
