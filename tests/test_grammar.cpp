@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <regex>
 
 #include "core/error.h"
 #include "infer/infer.h"
@@ -132,6 +133,145 @@ TEST_CASE("grammar: JSON schema to GBNF", "[grammar]") {
     INFO(bad);
     CHECK_THROWS_AS(json_schema_to_gbnf(bad), Error);
   }
+}
+
+namespace {
+
+// The JSON text of a string (what a schema's string value looks like).
+std::string json_string(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"') o += "\\\"";
+    else if (c == '\\') o += "\\\\";
+    else if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else {
+      o += static_cast<char>(c);
+    }
+  }
+  return o + "\"";
+}
+
+std::string pattern_schema(const std::string& re) {
+  return R"({"type": "string", "pattern": )" + json_string(re) + "}";
+}
+
+}  // namespace
+
+TEST_CASE("grammar: JSON schema pattern agrees with std::regex on random strings", "[grammar]") {
+  // std::regex (ECMAScript) is the oracle: regex_search, since a schema
+  // pattern is not anchored unless it says so.
+  const char* patterns[] = {
+      "^[a-z]+$", "^\\d{3}-\\d{4}$", "^(cat|dog)s?$", "ab", "^a.c$", "^[^ab]*$", "^(?:x|yz){2,3}$", "^\\w+@\\w+\\.com$",
+      "^[A-Fa-f0-9]{2,}$", "^a*b+c?$", "^\\s*\\S+\\s*$", "^[-+]?[0-9]+(\\.[0-9]+)?$", "^a{0,2}b{1}$", "x$", "^(a|)b$",
+      "^\\D\\W$", "^[a\\-z]$", "^a+?b*?$",
+  };
+  const std::string alphabet = "abcxyzAF09-+.@ _s";
+  std::mt19937 rng(7);
+  for (const char* re : patterns) {
+    INFO("pattern " << re);
+    const std::string g = json_schema_to_gbnf(pattern_schema(re));
+    const std::regex oracle(re, std::regex::ECMAScript);
+    auto check = [&](const std::string& s) {
+      INFO("string '" << s << "'");
+      CHECK(full_match(g, json_string(s)) == std::regex_search(s, oracle));
+    };
+    for (const char* s : {"", "a", "ab", "cat", "dogs", "555-1234", "abc", "xyzyz", "a@b.com", "Ff09", "aab", " s ", "-1.5",
+                          "b", "ax", "x", ".-", "-"})
+      check(s);
+    for (int i = 0; i < 300; ++i) {
+      std::string s;
+      const int n = static_cast<int>(rng() % 7);
+      for (int j = 0; j < n; ++j) s += alphabet[rng() % alphabet.size()];
+      check(s);
+    }
+  }
+  // Characters JSON escapes: a literal quote or backslash in the pattern is
+  // written escaped; '.' and negated classes never produce them.
+  const std::string q = json_schema_to_gbnf(pattern_schema("^a\"b\\\\c$"));
+  CHECK(full_match(q, json_string("a\"b\\c")));
+  CHECK_FALSE(full_match(q, "\"a\"b\\c\""));
+  CHECK_FALSE(full_match(json_schema_to_gbnf(pattern_schema("^.$")), json_string("\"")));
+  CHECK(full_match(json_schema_to_gbnf(pattern_schema("^[\"x]$")), json_string("\"")));
+  CHECK(full_match(json_schema_to_gbnf(pattern_schema("^\\t$")), json_string("\t")));
+  CHECK(full_match(json_schema_to_gbnf(pattern_schema("^é+$")), json_string("ééé")));
+  // What a context-free grammar cannot do, or the subset leaves out, is a clear error.
+  for (const char* bad : {"(?=a)b", "(a)\\1", "a^b", "a$b", "(ab", "ab)", "[ab", "*a", "a**", "a{2,1}", "\\bword", "a{5000}",
+                          "(?<n>a)", "\\q"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(json_schema_to_gbnf(pattern_schema(bad)), Error);
+  }
+  CHECK_THROWS_AS(json_schema_to_gbnf(R"({"type": "string", "pattern": 5})"), Error);
+}
+
+TEST_CASE("grammar: JSON schema integer bounds, checked against every value", "[grammar]") {
+  struct Case {
+    const char* bounds;
+    int64_t lo, hi;  // the allowed values within [-1200, 1200]
+  };
+  const Case cases[] = {
+      {R"("minimum": 0)", 0, 1200},
+      {R"("minimum": 5, "maximum": 5)", 5, 5},
+      {R"("minimum": -17, "maximum": 123)", -17, 123},
+      {R"("minimum": -1000, "maximum": -99)", -1000, -99},
+      {R"("maximum": 19)", -1200, 19},
+      {R"("exclusiveMinimum": 9, "exclusiveMaximum": 1001)", 10, 1000},
+      {R"("minimum": 2.5, "maximum": 7.5)", 3, 7},
+      {R"("minimum": 10, "exclusiveMinimum": true, "maximum": 20, "exclusiveMaximum": true)", 11, 19},
+      {R"("minimum": 199, "maximum": 201)", 199, 201},
+      {R"("minimum": -9, "maximum": 0)", -9, 0},
+  };
+  for (const Case& c : cases) {
+    const std::string g = json_schema_to_gbnf(std::string(R"({"type": "integer", )") + c.bounds + "}");
+    INFO(c.bounds << "\n" << g);
+    GrammarMatcher base(Grammar::parse(g));
+    int wrong = 0;
+    for (int64_t v = -1200; v <= 1200; ++v) {
+      GrammarMatcher m = base;
+      const bool ok = m.advance(std::to_string(v)) && m.can_end();
+      if (ok != (v >= c.lo && v <= c.hi) && ++wrong <= 3) FAIL_CHECK("value " << v << " matched: " << ok);
+    }
+    CHECK(wrong == 0);
+    GrammarMatcher m = base;
+    CHECK_FALSE((m.advance("007") && m.can_end()));  // no leading zeros
+    GrammarMatcher z = base;
+    CHECK_FALSE((z.advance("-0") && z.can_end()));
+  }
+  // Large open ranges: int64-sized values still match.
+  CHECK(full_match(json_schema_to_gbnf(R"({"type": "integer", "minimum": 1})"), "9223372036854775807"));
+  for (const char* bad : {R"({"type": "integer", "minimum": 5, "maximum": 4})", R"({"type": "integer", "minimum": "a"})",
+                          R"({"type": "integer", "multipleOf": 2})", R"({"type": "number", "minimum": 0})"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(json_schema_to_gbnf(bad), Error);
+  }
+}
+
+TEST_CASE("grammar: JSON schema string formats", "[grammar]") {
+  auto fmt = [](const char* f) { return json_schema_to_gbnf(std::string(R"({"type": "string", "format": ")") + f + "\"}"); };
+  const std::string date = fmt("date"), time = fmt("time"), dt = fmt("date-time"), uuid = fmt("uuid"), ip = fmt("ipv4"),
+                    email = fmt("email");
+  CHECK(full_match(date, "\"2026-12-01\""));
+  CHECK_FALSE(full_match(date, "\"2026-13-01\""));
+  CHECK_FALSE(full_match(date, "\"2026-1-01\""));
+  CHECK(full_match(time, "\"13:37:59Z\""));
+  CHECK(full_match(time, "\"23:59:60.123+01:00\""));
+  CHECK_FALSE(full_match(time, "\"24:00:00Z\""));
+  CHECK_FALSE(full_match(time, "\"12:00:00\""));  // RFC 3339 needs the offset
+  CHECK(full_match(dt, "\"2026-12-01T13:37:00.5z\""));
+  CHECK_FALSE(full_match(dt, "\"2026-12-01 13:37:00Z\""));
+  CHECK(full_match(uuid, "\"123e4567-e89b-12d3-a456-426614174000\""));
+  CHECK_FALSE(full_match(uuid, "\"123e4567e89b-12d3-a456-426614174000\""));
+  CHECK(full_match(ip, "\"192.168.0.255\""));
+  CHECK_FALSE(full_match(ip, "\"192.168.0.256\""));
+  CHECK(full_match(email, "\"tom.dog@example.org\""));
+  CHECK_FALSE(full_match(email, "\"tom@localhost\""));
+  // Formats without a grammar are annotations: any string.
+  CHECK(full_match(fmt("hostname"), "\"anything at all\""));
+  CHECK_THROWS_AS(json_schema_to_gbnf(R"({"type": "string", "format": "date", "maxLength": 3})"), Error);
 }
 
 TEST_CASE("sampler: a grammar masks tokens and advances with each draw", "[grammar]") {

@@ -84,7 +84,9 @@ class GrammarMatcher {
 // properties / required (properties in their declared order; additional
 // properties never generated), array items / minItems / maxItems, enum,
 // const, anyOf / oneOf, $ref to #/$defs or #/definitions, string
-// minLength / maxLength, integer, number, boolean, null; {} and true are any
+// minLength / maxLength, string pattern (a regular expression; see
+// RegexToGbnf) and format (date, time, date-time, uuid, ipv4, email; other
+// formats are annotations), integer, number, boolean, null; {} and true are any
 // JSON value. Error(InvalidArgument) for malformed JSON or an unsupported
 // construct.
 std::string json_schema_to_gbnf(std::string_view schema);

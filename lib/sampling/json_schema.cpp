@@ -1,7 +1,11 @@
 // JSON schema -> GBNF (see grammar.h). A small JSON reader for the schema
 // text, then one grammar rule per schema node.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -283,6 +287,400 @@ const char* kJsonBase =
     "null ::= \"null\" ws\n"
     "ws ::= [ \\t\\n]{0,4}\n";
 
+// A JSON schema `pattern` (an ECMA-262 regular expression, the subset that
+// can be written as a context-free grammar: literals, escapes \d \w \s \D \W
+// \S and \t \n \r \xHH \uHHHH, classes [...] and [^...], '.', groups (...)
+// and (?:...), alternation, the quantifiers * + ? {n} {n,} {n,m} (a lazy '?'
+// after them changes nothing here), '^' first and '$' last) as the GBNF of the
+// *JSON-encoded* characters between the string's quotes. A pattern matches
+// anywhere in the string, so one without '^' (or '$') may be preceded (or
+// followed) by any characters. Characters that JSON must escape are written
+// escaped; negated classes and '.' never produce '"', '\' or control
+// characters (a subset of what they match, so the output still validates).
+// Lookarounds, backreferences and anchors elsewhere are errors.
+class RegexToGbnf {
+ public:
+  explicit RegexToGbnf(std::string_view re) : re_(re) {}
+
+  std::string run() {
+    bool head = false, tail = false;
+    if (!re_.empty() && re_[0] == '^') {
+      head = true;
+      p_ = 1;
+    }
+    std::string body = alternation(0);
+    if (p_ < re_.size() && re_[p_] == '$') {
+      tail = true;
+      ++p_;
+    }
+    if (p_ != re_.size()) fail(re_[p_] == ')' ? "unbalanced ')'" : "'^' or '$' in the middle of the pattern");
+    std::string out;
+    if (!head) out += "char* ";
+    out += "( " + body + " )";
+    if (!tail) out += " char*";
+    return out;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    raise(Status::InvalidArgument, "json schema: pattern '%.*s': %s (at offset %zu)", static_cast<int>(std::min<size_t>(re_.size(), 200)),
+          re_.data(), what.c_str(), p_);
+  }
+  bool more() const { return p_ < re_.size(); }
+  char peek() const { return re_[p_]; }
+
+  std::string alternation(int depth) {
+    if (depth > 32) fail("groups nested too deeply");
+    std::string alts = concat(depth);
+    while (more() && peek() == '|') {
+      ++p_;
+      alts += " | " + concat(depth);
+    }
+    return alts;
+  }
+
+  std::string concat(int depth) {
+    std::string seq;
+    while (more() && peek() != '|' && peek() != ')' && !(peek() == '$' && p_ + 1 == re_.size())) {
+      std::string a = atom(depth);
+      a = quantified(a);
+      seq += (seq.empty() ? "" : " ") + a;
+    }
+    return seq.empty() ? "\"\"" : seq;
+  }
+
+  int number() {
+    if (!more() || !std::isdigit(static_cast<unsigned char>(peek()))) fail("expected a number in {}");
+    long v = 0;
+    while (more() && std::isdigit(static_cast<unsigned char>(peek()))) {
+      v = v * 10 + (peek() - '0');
+      if (v > 1000) fail("repetition counts above 1000 are not supported");
+      ++p_;
+    }
+    return static_cast<int>(v);
+  }
+
+  std::string quantified(const std::string& a) {
+    if (!more()) return a;
+    std::string q;
+    const char c = peek();
+    if (c == '*' || c == '+' || c == '?') {
+      q = std::string(1, c);
+      ++p_;
+    } else if (c == '{' && p_ + 1 < re_.size() && std::isdigit(static_cast<unsigned char>(re_[p_ + 1]))) {
+      ++p_;
+      const int lo = number();
+      int hi = lo;
+      if (more() && peek() == ',') {
+        ++p_;
+        hi = more() && peek() == '}' ? -1 : number();
+      }
+      if (!more() || peek() != '}') fail("unfinished {n,m}");
+      ++p_;
+      if (hi >= 0 && hi < lo) fail("{n,m} with m < n");
+      q = "{" + std::to_string(lo) + (hi == lo ? "" : "," + (hi >= 0 ? std::to_string(hi) : std::string())) + "}";
+    } else {
+      return a;
+    }
+    if (more() && peek() == '?') ++p_;  // lazy: the same language
+    if (more() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{')) fail("a quantifier after a quantifier");
+    return "( " + a + " )" + q;
+  }
+
+  // One character (code point) as the GBNF of its JSON encoding.
+  static std::string json_char(uint32_t cp) {
+    char b[16];
+    switch (cp) {
+      case '"': return "\"\\\\\\\"\"";   // the two bytes \"
+      case '\\': return "\"\\\\\\\\\"";  // the two bytes \\ (escaped backslash)
+      case '\n': return "\"\\\\n\"";
+      case '\t': return "\"\\\\t\"";
+      case '\r': return "\"\\\\r\"";
+      case '\b': return "\"\\\\b\"";
+      case '\f': return "\"\\\\f\"";
+      default: break;
+    }
+    if (cp < 0x20) {
+      std::snprintf(b, sizeof b, "\"\\\\u%04x\"", static_cast<unsigned>(cp));
+      return b;
+    }
+    std::snprintf(b, sizeof b, cp <= 0xFFFF ? "\"\\u%04X\"" : "\"\\U%08X\"", static_cast<unsigned>(cp));
+    return b;
+  }
+
+  // The code points of a class that JSON writes without escaping.
+  using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+  static std::string class_gbnf(const Ranges& ranges, bool negated) {
+    char b[40];
+    if (negated) {
+      std::string o = "[^\\x00-\\x1F\\x7F\"\\\\";
+      for (auto [lo, hi] : ranges) {
+        std::snprintf(b, sizeof b, "\\U%08X-\\U%08X", static_cast<unsigned>(lo), static_cast<unsigned>(hi));
+        o += b;
+      }
+      return o + "]";
+    }
+    // Plain members in one class; those JSON escapes as alternatives.
+    std::string cls, alts;
+    for (auto [lo, hi] : ranges) {
+      for (uint32_t special : {0x22u, 0x5Cu}) {
+        if (special >= lo && special <= hi) alts += (alts.empty() ? "" : " | ") + json_char(special);
+      }
+      for (uint32_t c = lo; c <= std::min<uint32_t>(hi, 0x1F); ++c) alts += (alts.empty() ? "" : " | ") + json_char(c);
+      // What is left of [lo, hi] after removing 0x00-0x1F, '"' and '\'.
+      uint32_t a = std::max<uint32_t>(lo, 0x20);
+      auto emit = [&](uint32_t x, uint32_t y) {
+        if (x > y) return;
+        std::snprintf(b, sizeof b, "\\U%08X-\\U%08X", static_cast<unsigned>(x), static_cast<unsigned>(y));
+        cls += b;
+      };
+      for (uint32_t special : {0x22u, 0x5Cu}) {
+        if (special >= a && special <= hi) {
+          emit(a, special - 1);
+          a = special + 1;
+        }
+      }
+      emit(a, hi);
+    }
+    std::string o;
+    if (!cls.empty()) o = "[" + cls + "]";
+    if (!alts.empty()) o += (o.empty() ? "" : " | ") + alts;
+    if (o.empty()) return "[^\\x00-\\U0010FFFF]";  // matches nothing
+    return "( " + o + " )";
+  }
+
+  uint32_t hex_digits(int n) {
+    uint32_t v = 0;
+    for (int i = 0; i < n; ++i) {
+      if (!more() || !std::isxdigit(static_cast<unsigned char>(peek()))) fail("bad hex escape");
+      const char c = peek();
+      v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : (std::tolower(c) - 'a' + 10));
+      ++p_;
+    }
+    return v;
+  }
+
+  uint32_t utf8_char() {
+    const unsigned char c = static_cast<unsigned char>(peek());
+    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || p_ + static_cast<size_t>(len) > re_.size()) fail("invalid UTF-8");
+    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1Fu) : len == 3 ? (c & 0x0Fu) : (c & 0x07u);
+    for (int i = 1; i < len; ++i) {
+      const unsigned char d = static_cast<unsigned char>(re_[p_ + static_cast<size_t>(i)]);
+      if ((d & 0xC0) != 0x80) fail("invalid UTF-8");
+      cp = (cp << 6) | (d & 0x3Fu);
+    }
+    p_ += static_cast<size_t>(len);
+    return cp;
+  }
+
+  // An escape after '\': a single code point (set `cp`) or a class (fill
+  // `ranges`, set `negated`); returns true for a class.
+  bool escape(uint32_t& cp, Ranges& ranges, bool& negated) {
+    if (!more()) fail("a pattern may not end with '\\'");
+    const char e = peek();
+    ++p_;
+    negated = std::isupper(static_cast<unsigned char>(e)) && (e == 'D' || e == 'W' || e == 'S');
+    switch (e) {
+      case 'd': case 'D': ranges = {{'0', '9'}}; return true;
+      case 'w': case 'W': ranges = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; return true;
+      case 's': case 'S': ranges = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x2028, 0x2029}, {0xFEFF, 0xFEFF}}; return true;
+      case 'n': cp = '\n'; return false;
+      case 't': cp = '\t'; return false;
+      case 'r': cp = '\r'; return false;
+      case 'f': cp = '\f'; return false;
+      case 'v': cp = '\v'; return false;
+      case '0': cp = 0; return false;
+      case 'x': cp = hex_digits(2); return false;
+      case 'u': cp = hex_digits(4); return false;
+      case 'b': case 'B': fail("word boundaries are not supported");
+      default: break;
+    }
+    if (std::isdigit(static_cast<unsigned char>(e))) fail("backreferences are not supported");
+    if (std::isalnum(static_cast<unsigned char>(e))) fail(std::string("unknown escape \\") + e);
+    cp = static_cast<unsigned char>(e);  // \. \* \( \\ \/ ...
+    if (cp >= 0x80) fail("invalid escape");
+    return false;
+  }
+
+  std::string bracket() {
+    // after '['
+    bool negated = false;
+    if (more() && peek() == '^') {
+      negated = true;
+      ++p_;
+    }
+    Ranges ranges;
+    bool first = true;
+    for (;;) {
+      if (!more()) fail("unfinished character class");
+      if (peek() == ']' && !first) {
+        ++p_;
+        break;
+      }
+      first = false;
+      uint32_t lo;
+      if (peek() == '\\') {
+        ++p_;
+        Ranges sub;
+        bool sub_neg = false;
+        if (escape(lo, sub, sub_neg)) {
+          if (sub_neg) fail("\\D, \\W and \\S inside a class are not supported");
+          ranges.insert(ranges.end(), sub.begin(), sub.end());
+          continue;
+        }
+      } else {
+        lo = utf8_char();
+      }
+      uint32_t hi = lo;
+      if (p_ + 1 < re_.size() && peek() == '-' && re_[p_ + 1] != ']') {
+        ++p_;
+        if (peek() == '\\') {
+          ++p_;
+          Ranges sub;
+          bool sub_neg = false;
+          if (escape(hi, sub, sub_neg)) fail("a class shorthand cannot end a range");
+        } else {
+          hi = utf8_char();
+        }
+        if (hi < lo) fail("a range out of order");
+      }
+      ranges.push_back({lo, hi});
+    }
+    return class_gbnf(ranges, negated);
+  }
+
+  std::string atom(int depth) {
+    const char c = peek();
+    if (c == '(') {
+      ++p_;
+      if (more() && peek() == '?') {
+        if (p_ + 1 < re_.size() && re_[p_ + 1] == ':') p_ += 2;
+        else fail("lookarounds and named groups are not supported");
+      }
+      std::string inner = alternation(depth + 1);
+      if (!more() || peek() != ')') fail("unbalanced '('");
+      ++p_;
+      return "( " + inner + " )";
+    }
+    if (c == '[') {
+      ++p_;
+      return bracket();
+    }
+    if (c == '.') {
+      ++p_;
+      return "[^\\x00-\\x1F\\x7F\"\\\\\\u2028\\u2029]";
+    }
+    if (c == '\\') {
+      ++p_;
+      uint32_t cp = 0;
+      Ranges ranges;
+      bool negated = false;
+      if (escape(cp, ranges, negated)) return class_gbnf(ranges, negated);
+      return json_char(cp);
+    }
+    if (c == '*' || c == '+' || c == '?') fail("a quantifier with nothing to repeat");
+    if (c == '^' || c == '$') fail("'^' or '$' in the middle of the pattern");
+    return json_char(utf8_char());
+  }
+
+  std::string_view re_;
+  size_t p_ = 0;
+};
+
+// JSON schema `format`s with a grammar (the others are annotations, as the
+// specification allows, and leave the string unconstrained).
+const char* format_gbnf(const std::string& f) {
+  if (f == "date") return "\"\\\"\" date \"\\\"\" ws";
+  if (f == "time") return "\"\\\"\" time \"\\\"\" ws";
+  if (f == "date-time") return "\"\\\"\" date \"T\" time \"\\\"\" ws";
+  if (f == "uuid")
+    return "\"\\\"\" [0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{12} \"\\\"\" ws";
+  if (f == "ipv4") return "\"\\\"\" octet \".\" octet \".\" octet \".\" octet \"\\\"\" ws";
+  if (f == "email") return "\"\\\"\" [a-zA-Z0-9._%+-]{1,64} \"@\" [a-zA-Z0-9-]{1,63} ( \".\" [a-zA-Z0-9-]{1,63} ){1,4} \"\\\"\" ws";
+  return nullptr;
+}
+
+// The rules the formats use (RFC 3339 dates and times; a dotted-quad octet).
+const char* kFormatBase =
+    "date ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )\n"
+    "time ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" ( [0-5] [0-9] | \"60\" ) ( \".\" [0-9]{1,9} )? "
+    "( [zZ] | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
+    "octet ::= [0-9] | [1-9] [0-9] | \"1\" [0-9] [0-9] | \"2\" [0-4] [0-9] | \"25\" [0-5]\n";
+
+// Integers in [lo, hi] (either side may be open) as GBNF over their decimal
+// text (no leading zeros, "-0" never written), built digit by digit.
+class IntRange {
+ public:
+  static std::string gbnf(std::optional<int64_t> lo, std::optional<int64_t> hi) {
+    std::vector<std::string> alts;
+    // Negative values -x: x from 1 (or -hi when hi < 0) up to -lo (or open).
+    if (!lo || *lo < 0) {
+      const int64_t x_min = (hi && *hi < 0) ? -*hi : 1;
+      const std::optional<int64_t> x_max = lo ? std::optional<int64_t>(-*lo) : std::nullopt;
+      if (!x_max || *x_max >= x_min) alts.push_back("\"-\" ( " + nonneg(x_min, x_max) + " )");
+    }
+    // Non-negative part: [max(0, lo), hi].
+    if (!hi || *hi >= 0) {
+      const int64_t a = lo ? std::max<int64_t>(0, *lo) : 0;
+      if (!hi || *hi >= a) alts.push_back(nonneg(a, hi));
+    }
+    if (alts.empty()) return "";
+    std::string o;
+    for (size_t i = 0; i < alts.size(); ++i) o += (i ? " | " : "") + alts[i];
+    return "( " + o + " )";
+  }
+
+ private:
+  static std::string digits(int64_t v) { return std::to_string(v); }
+  static int64_t pow10(int n) {
+    int64_t p = 1;
+    for (int i = 0; i < n; ++i) p *= 10;
+    return p;
+  }
+  // [a, b] (b open: any larger), 0 <= a.
+  static std::string nonneg(int64_t a, std::optional<int64_t> b) {
+    std::vector<std::string> alts;
+    const int la = static_cast<int>(digits(a).size());
+    const int lb = b ? static_cast<int>(digits(*b).size()) : 18;
+    for (int len = la; len <= lb; ++len) {
+      const int64_t lo = len == la ? a : pow10(len - 1);
+      const int64_t hi = (b && len == lb) ? *b : pow10(len) - 1;
+      if (lo > hi) continue;
+      alts.push_back(same_len(digits(lo), digits(hi)));
+    }
+    if (!b) alts.push_back("[1-9] [0-9]{18}");  // up to int64's 19 digits
+    std::string o;
+    for (size_t i = 0; i < alts.size(); ++i) o += (i ? " | " : "") + alts[i];
+    return o;
+  }
+  static std::string cls(char a, char b) {
+    if (a == b) return std::string("\"") + a + "\"";
+    return std::string("[") + a + "-" + b + "]";
+  }
+  // Strings of equal length between lo and hi (as numbers), inclusive.
+  static std::string same_len(const std::string& lo, const std::string& hi) {
+    const size_t n = lo.size();
+    if (n == 0) return "\"\"";
+    if (n == 1) return cls(lo[0], hi[0]);
+    if (lo[0] == hi[0]) return cls(lo[0], lo[0]) + " ( " + same_len(lo.substr(1), hi.substr(1)) + " )";
+    const std::string rest_nines(n - 1, '9'), rest_zeros(n - 1, '0');
+    std::vector<std::string> alts;
+    const bool lo_full = lo.substr(1) == rest_zeros, hi_full = hi.substr(1) == rest_nines;
+    char first = lo[0], last = hi[0];
+    if (!lo_full) {
+      alts.push_back(cls(lo[0], lo[0]) + " ( " + same_len(lo.substr(1), rest_nines) + " )");
+      ++first;
+    }
+    if (!hi_full) --last;
+    if (first <= last) alts.push_back(cls(first, last) + " [0-9]{" + std::to_string(n - 1) + "}");
+    if (!hi_full) alts.push_back(cls(hi[0], hi[0]) + " ( " + same_len(rest_zeros, hi.substr(1)) + " )");
+    std::string o;
+    for (size_t i = 0; i < alts.size(); ++i) o += (i ? " | " : "") + alts[i];
+    return "( " + o + " )";
+  }
+};
+
 class SchemaConverter {
  public:
   explicit SchemaConverter(const JVal& root) : root_(root) {}
@@ -291,7 +689,7 @@ class SchemaConverter {
     const std::string r = visit(root_, "root-value", 0);
     std::string out = "root ::= ws " + r + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    return out + kJsonBase;
+    return out + kJsonBase + (uses_formats_ ? kFormatBase : "");
   }
 
  private:
@@ -374,17 +772,68 @@ class SchemaConverter {
     if (t == "object") return visit_object(s, hint, depth);
     if (t == "array") return visit_array(s, hint, depth);
     if (t == "string") {
+      const JVal* pat = s.get("pattern");
+      const JVal* fmt = s.get("format");
+      if (pat && (s.get("minLength") || s.get("maxLength"))) unsupported("pattern together with minLength / maxLength is not supported");
+      if (pat) {
+        if (pat->type != JVal::Str) unsupported("pattern must be a string");
+        if (fmt) unsupported("pattern together with format is not supported");
+        return new_rule(hint, "\"\\\"\" " + RegexToGbnf(pat->str).run() + " \"\\\"\" ws");
+      }
+      if (fmt) {
+        if (fmt->type != JVal::Str) unsupported("format must be a string");
+        if (const char* g = format_gbnf(fmt->str)) {
+          if (s.get("minLength") || s.get("maxLength")) unsupported("format together with minLength / maxLength is not supported");
+          uses_formats_ = true;
+          return new_rule(hint + "-" + fmt->str, g);
+        }
+      }
       const int64_t lo = int_field(s, "minLength", 0), hi = int_field(s, "maxLength", -1);
       if (hi >= 0 && hi < lo) unsupported("maxLength < minLength");
       if (lo == 0 && hi < 0) return "string";
       if (hi > 2000 || lo > 2000) unsupported("minLength / maxLength above 2000 are not supported");
       return new_rule(hint, "\"\\\"\" char{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : "") + "} \"\\\"\" ws");
     }
-    if (t == "integer") return "integer";
-    if (t == "number") return "number";
+    if (t == "integer") return visit_integer(s, hint);
+    if (t == "number") {
+      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
+        if (s.get(k)) unsupported(std::string(k) + " on a number is not supported (it is on an integer)");
+      return "number";
+    }
     if (t == "boolean") return "boolean";
     if (t == "null") return "null";
     unsupported("unknown type '" + t + "'");
+  }
+
+  // minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers; the
+  // draft-4 boolean exclusive flags too) on an integer.
+  std::string visit_integer(const JVal& s, const std::string& hint) {
+    if (s.get("multipleOf")) unsupported("multipleOf is not supported");
+    std::optional<int64_t> lo, hi;
+    auto bound = [&](const char* k) -> std::optional<double> {
+      const JVal* v = s.get(k);
+      if (!v || v->type == JVal::Bool) return std::nullopt;
+      if (v->type != JVal::Num || !std::isfinite(v->num)) unsupported(std::string(k) + " must be a number");
+      if (std::fabs(v->num) > 9e17) unsupported(std::string(k) + " beyond +-9e17 is not supported");
+      return v->num;
+    };
+    auto flag = [&](const char* k) {
+      const JVal* v = s.get(k);
+      return v && v->type == JVal::Bool && v->b;
+    };
+    if (auto m = bound("minimum")) lo = static_cast<int64_t>(std::ceil(*m + (flag("exclusiveMinimum") && *m == std::ceil(*m) ? 1 : 0)));
+    if (auto m = bound("maximum")) hi = static_cast<int64_t>(std::floor(*m - (flag("exclusiveMaximum") && *m == std::floor(*m) ? 1 : 0)));
+    if (auto m = bound("exclusiveMinimum")) {
+      const int64_t v = static_cast<int64_t>(std::floor(*m)) + 1;
+      lo = lo ? std::max(*lo, v) : v;
+    }
+    if (auto m = bound("exclusiveMaximum")) {
+      const int64_t v = static_cast<int64_t>(std::ceil(*m)) - 1;
+      hi = hi ? std::min(*hi, v) : v;
+    }
+    if (!lo && !hi) return "integer";
+    if (lo && hi && *lo > *hi) unsupported("the integer bounds leave no value");
+    return new_rule(hint, IntRange::gbnf(lo, hi) + " ws");
   }
 
   std::string visit_ref(const std::string& ref, int depth) {
@@ -466,6 +915,7 @@ class SchemaConverter {
   const JVal& root_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
+  bool uses_formats_ = false;
 };
 
 }  // namespace
