@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A bounded load test of `infer serve` on loopback.
 
-    serve_load_test.py PATH_TO_INFER [--clients C] [--seconds T] [--prompt-len P] [--output-len O] [--json]
+    serve_load_test.py PATH_TO_INFER [--clients C] [--seconds T] [--prompt-len P] [--output-len O]
+                       [--model GGUF] [--stream-interval MS] [--json]
 
 C streaming clients send requests back to back for T seconds (prompts of P
 random token ids after BOS, O tokens each with ignore_eos). Checks: every
@@ -33,6 +34,7 @@ ap.add_argument("--prompt-len", type=int, default=32)
 ap.add_argument("--output-len", type=int, default=64)
 ap.add_argument("--model", default=None)
 ap.add_argument("--threads", type=int, default=0)
+ap.add_argument("--stream-interval", default=None, help="passed to infer serve (default: the server's)")
 ap.add_argument("--json", action="store_true")
 args = ap.parse_args()
 
@@ -45,7 +47,8 @@ if not os.path.isfile(MODEL):
 min_ratio = float(os.environ.get("INFER_LOAD_MIN_RATIO", "0.3"))
 
 proc = subprocess.Popen([args.infer, "serve", "-m", MODEL, "--port", "0", "--max-seqs", str(args.clients),
-                         "-t", str(args.threads), "--max-connections", str(args.clients + 8)],
+                         "-t", str(args.threads), "--max-connections", str(args.clients + 8)]
+                        + (["--stream-interval", args.stream_interval] if args.stream_interval is not None else []),
                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 port = None
 log = []

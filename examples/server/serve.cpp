@@ -53,6 +53,8 @@ const FlagTable kServeFlags = kModelFlags + FlagTable{
     {"--max-connections", "N", "64", "connections served at once (threads of the HTTP pool)"},
     {"--max-queue", "N", "256", "generation requests in flight at once (more: 429)"},
     {"--timeout", "SEC", "600", "longest time a generation request may take (then 504, or an error event)"},
+    {"--stream-interval", "MS", "2",
+     "streaming: text arriving sooner than this after a stream's previous event waits and joins the next one (0: one event per piece)"},
     {"--read-timeout", "SEC", "30", "longest wait for a slow client's request bytes"},
     {"--shutdown-timeout", "SEC", "10", "on SIGINT/SIGTERM, time given to requests in flight before they are cancelled"},
     {"--log-requests", nullptr, nullptr, "one line per request on stderr"},
@@ -76,6 +78,7 @@ struct Server {
   std::string api_key;
   serve::Limits limits;
   double timeout_s = 600;
+  double stream_interval_ms = 2;
   int max_queue = 256;
   bool log_requests = false;
   serve::Metrics metrics;
@@ -173,6 +176,8 @@ struct Choice {
   bool started = false;  // streaming: the role delta was sent
   size_t lp_sent = 0;    // tokens whose log-probabilities were sent
   size_t text_sent = 0;  // bytes of text sent (completions' text_offset)
+  std::string held;      // text received but not yet emitted (--stream-interval)
+  Clock::time_point last_emit{};
   infer_request_stats stats{};
 };
 
@@ -204,30 +209,60 @@ enum class PumpEnd { Done, ClientGone, Timeout };
 
 // Collects the text of every choice as it arrives; emit(choice, delta,
 // finished) returns false when the client can no longer be written to.
+//
+// Coalescing (--stream-interval): text that arrives less than the interval
+// after the choice's previous piece is held until the interval has passed
+// (or the choice ends), so a small model producing thousands of tokens a
+// second sends one event per interval rather than one per token. The first
+// piece and any piece after a pause longer than the interval go out at
+// once: a model slower than one token per interval per stream never waits.
 template <class Emit>
 PumpEnd pump(Job& job, Emit&& emit) {
   const auto deadline = job.start + std::chrono::duration<double>(job.srv->timeout_s);
+  const auto interval = std::chrono::microseconds(static_cast<int64_t>(job.srv->stream_interval_ms * 1000.0));
   char buf[4096];
   for (;;) {
-    bool waited = false, all_done = true;
+    // How long to wait for the next text: until the earliest held piece is
+    // due, or 20 ms to look at the client and the clock again.
+    Clock::time_point due = Clock::now() + std::chrono::milliseconds(20);
+    bool holding = false;
+    for (const Choice& c : job.choices)
+      if (!c.done && !c.held.empty()) {
+        holding = true;
+        due = std::min(due, c.last_emit + interval);
+      }
+    // While holding text, sleep rather than wake on every token.
+    if (holding) std::this_thread::sleep_until(due);
+    bool waited = holding, all_done = true;
     for (Choice& c : job.choices) {
       if (c.done) continue;
       all_done = false;
       size_t n = 0;
       int32_t fin = 0;
-      const infer_status st = infer_request_next_text(c.req, waited ? 0 : 20, buf, sizeof buf, &n, &fin);
+      int32_t wait_ms = 0;
+      if (!waited) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(due - Clock::now()).count();
+        wait_ms = static_cast<int32_t>(std::clamp<int64_t>(left, 0, 20));
+      }
+      const infer_status st = infer_request_next_text(c.req, wait_ms, buf, sizeof buf, &n, &fin);
       waited = true;
       if (st != INFER_OK) fin = 1;
-      std::string delta(buf, n);
-      c.text += delta;
+      c.held.append(buf, n);
       if (fin) {
         c.done = true;
         infer_request_stats_init(&c.stats);
         infer_request_get_stats(c.req, &c.stats);
       }
-      if ((n > 0 || fin) && !emit(c, delta, fin != 0)) {
-        job.cancel_all();
-        return PumpEnd::ClientGone;
+      const Clock::time_point now = Clock::now();
+      if (fin || (!c.held.empty() && now - c.last_emit >= interval)) {
+        std::string delta;
+        delta.swap(c.held);
+        c.text += delta;
+        c.last_emit = now;
+        if ((!delta.empty() || fin) && !emit(c, delta, fin != 0)) {
+          job.cancel_all();
+          return PumpEnd::ClientGone;
+        }
       }
     }
     if (all_done) return PumpEnd::Done;
@@ -706,6 +741,7 @@ int cmd_serve(int argc, char** argv) {
   const int max_conn = static_cast<int>(a.get_int("--max-connections", 64, 1, 65536));
   srv->max_queue = static_cast<int>(a.get_int("--max-queue", 256, 1, 1 << 20));
   srv->timeout_s = a.get_float("--timeout", 600, 0.001, 1e9, "(0, 1e9]");
+  srv->stream_interval_ms = a.get_float("--stream-interval", 2, 0, 1000, "[0, 1000]");
   const double read_timeout = a.get_float("--read-timeout", 30, 0.001, 1e6, "(0, 1e6]");
   const double shutdown_timeout = a.get_float("--shutdown-timeout", 10, 0, 1e6, "[0, 1e6]");
   srv->log_requests = a.flag("--log-requests");
