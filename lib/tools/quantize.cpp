@@ -40,7 +40,11 @@ DType tensor_type(DType want, int64_t n_in, bool* fell_back) {
 
 void declare_tensor(GgufStreamWriter& w, const std::string& name, const std::vector<int64_t>& dims, DType t) {
   w.add_tensor(name, dims, t);
-  if (t == DType::W8A8) w.add_tensor(name + ".scale", {dims[1]}, DType::F32);
+  if (t == DType::W8A8) {
+    int64_t rows = 1;  // one scale per row; a 3-D tensor (MoE experts) has dims[1] * dims[2] rows
+    for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
+    w.add_tensor(name + ".scale", {rows}, DType::F32);
+  }
 }
 
 void write_rows(GgufStreamWriter& w, DType t, const float* src, int64_t n_rows, int64_t n_in, float* scales,
