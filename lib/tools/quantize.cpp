@@ -129,7 +129,13 @@ QuantizeStats quantize_rtn(const GgufFile& in, const std::string& out_path, cons
   std::vector<Item> items;
   for (const GgufTensorInfo& t : in.tensors()) {
     if (is_scale_companion(in, t)) continue;
-    Item it{&t, t.type, is_quantizable(t.name, t.dims)};
+    // Mixtral-style MoE: the 3-D expert stacks (*_exps) are matrices too
+    // (rows of every expert in turn); the router is left as it is, as
+    // published files leave it (routing is discrete: rounding its logits can
+    // send a token to other experts).
+    const bool experts = t.dims.size() == 3 && t.name.find("_exps.weight") != std::string::npos;
+    const bool router = t.name.find("ffn_gate_inp.weight") != std::string::npos;
+    Item it{&t, t.type, (is_quantizable(t.name, t.dims) || experts) && !router};
     if (it.quantize) {
       bool fb = false;
       it.out = tensor_type(o.type, t.dims[0], &fb);
