@@ -115,7 +115,7 @@ CONSTRUCTS = {
     "whitespace": "  {% if true %}\n    a\n  {% endif %}\n  {%- if true -%}  b  {%- endif %}\n{{- ' c ' -}}\n  d {%+ if true %}e{% endif %}\n{# comment #}\n  {# indented comment #}\nf\n\n",
     "whitespace_var_lines": "x\n  {{ 'y' }}\n  {% set z = 1 %}\n{{ z }}   {% if 1 %}w{% endif %}\n",
     "strings": "{{ '  a b  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '  a'.lstrip() }}|{{ 'a  '.rstrip() }}|"
-               "{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}|{{ 'abc'.startswith('ab') }}|"
+               "{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'a b c'.split(' ', 1) }}|{{ ' a b  c '.split(none, 1) }}|{{ 'a\tb'.split(maxsplit=0) }}|{{ 'abc'.startswith('ab') }}|"
                "{{ 'abc'.endswith(('x', 'c')) }}|{{ 'aBc'.upper() }}{{ 'aBc'.lower() }}|{{ 'hello world'.title() }}|"
                "{{ 'hELLO'.capitalize() }}|{{ 'aaa'.replace('a', 'b', 2) }}|{{ '-'.join(['x', 'y']) }}|{{ 'abcb'.find('b') }}|{{ 'abcb'.count('b') }}",
     "string_index": "{{ 'héllo'[1] }}{{ 'héllo'[-1] }}{{ 'héllo'[1:3] }}{{ 'héllo'[::-1] }}{{ 'héllo'|length }}{{ 'abcdef'[::2] }}{{ 'abc'[5:] }}",
@@ -158,6 +158,12 @@ CONSTRUCTS = {
     "is_not_chain": "{% if messages[0]['role'] is not defined or messages[0].content is not string %}x{% else %}y{% endif %}",
     "loop_nested": "{% for a in [1, 2] %}{% for b in ['x', 'y'] %}{{ loop.index }}{{ a }}{{ b }} {% endfor %}{{ loop.index }}|{% endfor %}",
     "unpack_items": "{% for k, v in {'x': 1, 'y': 2}.items() %}{{ k }}{{ v }}{% if not loop.last %},{% endif %}{% endfor %}",
+    "indent": "{{ 'a\nb\n\nc' | indent }}|{{ 'a\nb' | indent(2, true) }}|{{ 'x\n\ny\n' | indent('> ', blank=true) }}|"
+              "{{ tools[0] | tojson(indent=2) | indent(4) }}",
+    "call_block": "{% macro box(title) %}[{{ title }}: {{ caller() }}]{% endmacro %}{% set who = 'outer' %}"
+                  "{% call box('t') %}{{ who }} {{ messages | length }}{% endcall %}"
+                  "{% macro twice() %}{{ caller() }}{{ caller() }}{% endmacro %}{% for i in [1, 2] %}{% call twice() %}{{ i }}{% endcall %}{% endfor %}"
+                  "{% macro inner() %}<i>{% endmacro %}{% call box(inner()) %}b{% endcall %}",
     "generation_tag": "{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}{% endif %}{% endfor %}",
 }
 # jinja2 needs the extension for {% generation %}; without it both must fail.

@@ -87,6 +87,9 @@ TEST_CASE("jinja: statements and loop variables", "[jinja]") {
   CHECK(render("{% set x = 'top' %}{% for i in [1, 2] %}[{{ x }}]{% set x = i %}{% endfor %}{{ x }}") ==
         "[top][top]top");
   CHECK(render("{% for m in messages if m.role != 'system' %}{{ loop.length }}{{ m.content }}{% endfor %}") == "2U2A");
+  CHECK(render("{% macro box(t) %}[{{ t }}: {{ caller() }}]{% endmacro %}{% set who = 'w' %}"
+               "{% call box('x') %}{{ who }}{{ messages | length }}{% endcall %}") == "[x: w3]");
+  CHECK(render("{{ 'a\nb\n\nc' | indent }}|{{ 'a\nb' | indent(2, true) }}") == "a\n    b\n\n    c|  a\n  b");
 }
 
 TEST_CASE("jinja: whitespace control as Hugging Face renders it", "[jinja]") {

@@ -37,7 +37,8 @@ size_t count_tokens(infer_model* m, const std::string& text) {
 }
 
 const FlagTable kChatFlags = kModelFlags + FlagTable{
-    {"--template", "NAME", "the model's own, else chatml", "chat template (a built-in name; see the list below)"},
+    {"--template", "NAME", "the model's own, else chatml",
+     "chat template: a built-in name (see the list below), or jinja for the model's own without the built-in fallback"},
     {"--system", "TEXT", nullptr, "system prompt"},
     {"-n, --n-predict", "N", "256", "most tokens per reply"},
 } + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
@@ -53,6 +54,7 @@ std::string template_names() {
 }
 
 bool known_template(const std::string& name) {
+  if (name == "jinja") return true;  // the model's own template, rendered by the interpreter
   for (int32_t i = 0; i < infer_chat_template_count(); ++i)
     if (name == infer_chat_template_name(i)) return true;
   return false;

@@ -754,7 +754,7 @@ std::vector<Token> lex(std::string_view src_in) {
 
 enum class NT {
   // statements
-  Body, Text, Output, If, For, Set, SetAttr, SetBlock, Macro, Break, Continue,
+  Body, Text, Output, If, For, Set, SetAttr, SetBlock, Macro, CallBlock, Break, Continue,
   // expressions
   Literal, Name, Attr, Item, Slice, Call, Filter, Test, Neg, Pos, Not, Binary, And, Or, Compare, Cond, List, Dict
 };
@@ -781,7 +781,7 @@ using NodeP = std::unique_ptr<Node>;
 const char* const kFilters[] = {"safe",  "trim",   "length", "count",  "tojson",     "upper",      "lower",
                                 "capitalize", "title", "string", "default", "d",     "first",      "last",
                                 "join",  "list",   "items",  "reverse", "abs",       "int",        "float",
-                                "replace", "map",  "select", "reject", "selectattr", "rejectattr"};
+                                "replace", "map",  "select", "reject", "selectattr", "rejectattr", "indent"};
 const char* const kTests[] = {"defined", "undefined", "none",   "string", "number",  "integer",     "float",
                               "boolean", "true",      "false",  "mapping", "iterable", "sequence",   "callable",
                               "lower",   "upper",     "odd",    "even",   "divisibleby", "equalto", "eq",
@@ -928,7 +928,8 @@ class Parser {
       end_tag("endgeneration");
       return body;
     }
-    static const char* const kKnown[] = {"call", "filter", "raw", "include", "import", "from", "extends",
+    if (kw == "call") return parse_call_block(line);
+    static const char* const kKnown[] = {"filter", "raw", "include", "import", "from", "extends",
                                          "block", "with", "autoescape", "do", "trans", "print"};
     for (const char* k : kKnown)
       if (kw == k) fail(ErrorKind::Unsupported, line, "the {% " + kw + " %} tag is not supported");
@@ -1027,6 +1028,19 @@ class Parser {
     n->name = target;
     n->kids.push_back(parse_expression());
     expect_block_end();
+    return done(std::move(n));
+  }
+
+  // {% call m(args) %}body{% endcall %}: m runs with caller() rendering body.
+  NodeP parse_call_block(int line) {
+    if (is_op("(")) fail(ErrorKind::Unsupported, line, "{% call(...) %} with caller arguments is not supported");
+    NodeP n = make(NT::CallBlock, line);
+    NodeP call = parse_expression();
+    if (call->t != NT::Call) fail(ErrorKind::Syntax, line, "{% call %} needs a macro call");
+    n->kids.push_back(std::move(call));
+    expect_block_end();
+    n->kids.push_back(parse_body({"endcall"}));
+    end_tag("endcall");
     return done(std::move(n));
   }
 
@@ -1692,7 +1706,8 @@ class Renderer {
   uint64_t steps_ = 0;
   uint64_t work_ = 0;
   int call_depth_ = 0;
-  int line_ = 0;  // the line being evaluated, for errors raised by builtins
+  int line_ = 0;          // the line being evaluated, for errors raised by builtins
+  Value pending_caller_;  // caller() for the macro a {% call %} block is about to run
 
   void tick(int line) {
     line_ = line;
@@ -1780,6 +1795,35 @@ class Renderer {
         return Flow::Normal;
       }
       case NT::Macro: define_macro(n); return Flow::Normal;
+      case NT::CallBlock: {
+        // caller() renders the body where the call block stands.
+        auto c = std::make_shared<Callable>();
+        c->name = "caller";
+        const Node* body = n.kids[1].get();
+        std::vector<std::shared_ptr<Frame>> scope = frames_;
+        c->call = [this, body, scope](CallArgs&) {
+          std::vector<std::shared_ptr<Frame>> saved = frames_;
+          frames_ = scope;
+          frames_.push_back(std::make_shared<Frame>());
+          std::string buf;
+          std::string* saved_out = out_;
+          out_ = &buf;
+          try {
+            exec(*body);
+          } catch (...) {
+            out_ = saved_out;
+            frames_ = saved;
+            throw;
+          }
+          out_ = saved_out;
+          frames_ = saved;
+          return Value(std::move(buf));
+        };
+        const Value v = eval_call(*n.kids[0], Value::callable(std::move(c)));
+        line_ = n.line;
+        emit(to_str(v));
+        return Flow::Normal;
+      }
       case NT::Break: return Flow::Break;
       case NT::Continue: return Flow::Continue;
       default: fail(ErrorKind::Runtime, n.line, "internal: expression where a statement was expected");
@@ -1893,6 +1937,10 @@ class Renderer {
     std::vector<std::shared_ptr<Frame>> saved;
     saved.swap(frames_);
     frames_ = {saved[0], saved[1], saved[2], std::make_shared<Frame>()};
+    if (!pending_caller_.is_undefined()) {
+      assign("caller", pending_caller_);
+      pending_caller_ = Value();
+    }
     std::string buf;
     std::string* saved_out = out_;
     out_ = &buf;
@@ -2074,7 +2122,9 @@ class Renderer {
     return a;
   }
 
-  Value eval_call(const Node& n) {
+  // A call; `caller`: what caller() is in the macro it runs ({% call %}).
+  Value eval_call(const Node& n, Value caller = Value()) {
+    tick(n.line);
     const Node& callee = *n.kids[0];
     if (callee.t == NT::Attr) {
       Value obj = eval(*callee.kids[0]);
@@ -2082,7 +2132,10 @@ class Renderer {
       line_ = n.line;
       if (obj.is_object()) {
         if (const Value* f = obj.find(callee.name))
-          if (f->kind() == Value::Kind::Callable) return f->fn().call(a);
+          if (f->kind() == Value::Kind::Callable) {
+            pending_caller_ = std::move(caller);
+            return f->fn().call(a);
+          }
       }
       if (obj.is_undefined()) fail(ErrorKind::Runtime, n.line, undefined_msg(*callee.kids[0]) + " (calling ." + callee.name + "())");
       return call_method(obj, callee.name, a, n.line);
@@ -2090,7 +2143,12 @@ class Renderer {
     Value f = eval(callee);
     CallArgs a = eval_args(n);
     line_ = n.line;
-    if (f.kind() == Value::Kind::Callable) return f.fn().call(a);
+    if (f.kind() == Value::Kind::Callable) {
+      pending_caller_ = std::move(caller);
+      Value r = f.fn().call(a);
+      pending_caller_ = Value();
+      return r;
+    }
     if (f.is_undefined() && callee.t == NT::Name)
       fail(ErrorKind::Unsupported, n.line, "the function '" + callee.name + "' is not supported");
     fail(ErrorKind::Runtime, n.line, std::string("'") + type_name(f) + "' object is not callable");
@@ -2244,8 +2302,7 @@ class Renderer {
       while (i < s.size()) {
         size_t j = i;
         if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-          std::string rest = py_strip(std::string_view(s).substr(i), false, true, nullptr);
-          out.emplace_back(rest);
+          out.emplace_back(s.substr(i));  // the rest, trailing whitespace kept (Python's rule)
           break;
         }
         while (j < s.size()) {
@@ -2428,6 +2485,47 @@ class Renderer {
     fail(ErrorKind::Runtime, line, std::string("'") + type_name(obj) + "' object has no method '" + name + "'");
   }
 
+  // jinja2's indent filter (width as a count or a string; first; blank),
+  // lines split as Python's str.splitlines() splits them.
+  Value indent(std::string s, const CallArgs& a, int line) {
+    const Value w = arg_or(a, 0, "width", Value(4));
+    std::string ind;
+    if (w.is_string()) ind = w.str();
+    else if (is_intlike(w) && w.as_int() >= 0 && w.as_int() <= 1024) ind.assign(static_cast<size_t>(w.as_int()), ' ');
+    else fail(ErrorKind::Runtime, line, "indent width must be a count from 0 to 1024 or a string");
+    const bool first = truthy(arg_or(a, 1, "first", Value(false)));
+    const bool blank = truthy(arg_or(a, 2, "blank", Value(false)));
+    s += '\n';
+    std::vector<std::string> lines;
+    size_t start = 0;
+    for (size_t i = 0; i < s.size();) {
+      size_t len = 1, brk = 0;
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') brk = 2;
+      else if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1C && c <= 0x1E)) brk = 1;
+      else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) brk = 2;
+      else if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9)) brk = 3;
+      if (brk) {
+        lines.push_back(s.substr(start, i - start));
+        i += brk;
+        start = i;
+      } else {
+        i += len;
+      }
+    }
+    if (start < s.size()) lines.push_back(s.substr(start));
+    std::string out;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (i) out += '\n';
+      if (i > 0 && (blank || !lines[i].empty())) out += ind;
+      out += lines[i];
+      if (out.size() > lim_.max_output) fail(ErrorKind::Limit, line, "indent() result exceeds the size limit");
+    }
+    if (first) out = ind + out;
+    return make_string(std::move(out));
+  }
+
   Value items_of(const Value& v, int line) {
     if (v.is_undefined()) return Value::array();
     if (!v.is_object() || v.obj().is_namespace || v.obj().is_loop)
@@ -2545,6 +2643,7 @@ class Renderer {
       return Value::array(std::move(out));
     }
     if (name == "items") return items_of(in, line);
+    if (name == "indent") return indent(to_str(in), a, line);
     if (name == "reverse") {
       if (in.is_string()) {
         const auto off = cp_offsets(in.str());

@@ -16,6 +16,7 @@
 //               previtem/nextitem/cycle(), {% break %}, {% continue %},
 //               {% set x = e %}, {% set ns.attr = e %}, {% set x %}...{% endset %},
 //               {% macro m(a, b=default) %} (called as m(...)),
+//               {% call m(...) %}...{% endcall %} (caller() without arguments),
 //               {% generation %} (rendered as its body), comments,
 //               whitespace control {%- -%} {{- -}} {%+
 //   expressions literals (strings with Python escapes, ints, floats, true/false/
@@ -25,12 +26,12 @@
 //               + - * / // % ** ~ and unary -, conditional expressions
 //   filters     trim length count tojson upper lower default d first last join
 //               map select reject selectattr rejectattr string int float safe
-//               items replace list capitalize title abs reverse indent sum
+//               items replace list capitalize title abs reverse indent
 //   tests       defined undefined none string number integer float boolean true
 //               false mapping iterable sequence callable odd even divisibleby
 //               equalto eq ne == != in lower upper
 //   methods     str: strip lstrip rstrip split startswith endswith upper lower
-//               replace title capitalize join find count format(no: unsupported);
+//               replace title capitalize join find count;
 //               dict: items keys values get
 //   globals     namespace(...) range(...) raise_exception(msg) strftime_now(fmt)
 //

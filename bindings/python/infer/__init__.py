@@ -471,7 +471,9 @@ class Model:
 
     # chat
     def chat_template(self) -> Optional[str]:
-        """The built-in template the model's chat template matches (None: none)."""
+        """The built-in template the model's chat template matches, "jinja" when
+        it matches none but libinfer's Jinja interpreter renders it (None: the
+        model has no template)."""
         try:
             return _sized_string(lambda b, n, nd: self._c("infer_chat_template_detect", b, n, nd), "infer_chat_template_detect").decode()
         except InferNotFound:
