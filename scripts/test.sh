@@ -55,6 +55,12 @@ if cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_serve_request 2>/de
     -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-serve" "$root/tests/fuzz/corpus-serve"
 fi
 
+echo "== fuzzing the Hugging Face readers (safetensors headers, config.json, tokenizer.json)"
+cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_hf
+mkdir -p "$root/build-fuzz/corpus-hf"
+"$root/build-fuzz/tests/fuzz/fuzz_hf" -max_total_time="$half" -max_len=8192 -rss_limit_mb=2048 -timeout=30 \
+  -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-hf" "$root/tests/fuzz/corpus-hf"
+
 echo "== ThreadSanitizer build and the threaded tests"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_TSAN=ON \
   -DINFER_CUDA=OFF -DINFER_BENCH=OFF -DINFER_EXAMPLES=OFF -DINFER_BINDINGS=OFF >/dev/null
