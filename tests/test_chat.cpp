@@ -435,3 +435,62 @@ TEST_CASE("chat: C API", "[chat]") {
     CHECK(std::string(infer_last_error()).find("filter 'wordcount'") != std::string::npos);
   }
 }
+
+TEST_CASE("chat: C API with the conversation as JSON (tools, tool calls)", "[chat]") {
+  const char* ctx =
+      R"({"messages": [{"role": "user", "content": "Weather in Paris?"},)"
+      R"( {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},)"
+      R"( {"role": "tool", "content": "22C"}],)"
+      R"( "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],)"
+      R"( "add_generation_prompt": true})";
+  auto apply_json = [](const infer_model* m, const char* name, const char* json, infer_status* st) {
+    size_t need = 0;
+    *st = infer_chat_apply_template_json(m, name, json, nullptr, 0, &need);
+    if (*st != INFER_ERR_BUFFER_TOO_SMALL) return std::string();
+    std::string out(need, '\0');
+    *st = infer_chat_apply_template_json(m, name, json, out.data(), out.size(), &need);
+    out.resize(need ? need - 1 : 0);
+    return out;
+  };
+  // Rendered by Python's jinja2 from the same template and context.
+  const std::string want =
+      "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\n"
+      "You may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather\", \"parameters\": "
+      "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}\n</tools>\n\n"
+      "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML "
+      "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n"
+      "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n"
+      "<|im_start|>user\n<tool_response>\n22C\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+  infer_status st = INFER_OK;
+  TempModel qwen(read_fixture("qwen2.5-7b-instruct.jinja"));
+  CHECK(apply_json(qwen.m, nullptr, ctx, &st) == want);
+  CHECK(st == INFER_OK);
+  const std::string text = read_fixture("qwen2.5-7b-instruct.jinja");
+  CHECK(apply_json(nullptr, text.c_str(), ctx, &st) == want);
+
+  // A built-in template reads role and content.
+  const char* plain = R"({"messages": [{"role": "user", "content": "U"}], "add_generation_prompt": true})";
+  CHECK(apply_json(nullptr, "chatml", plain, &st) == "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n");
+  apply_json(nullptr, "chatml", ctx, &st);  // the "tool" role is not one a built-in template takes
+  CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+
+  // Refusals.
+  size_t need = 5;
+  CHECK(infer_chat_apply_template_json(nullptr, "chatml", nullptr, nullptr, 0, &need) == INFER_ERR_INVALID_ARGUMENT);
+  CHECK(need == 0);
+  CHECK(infer_chat_apply_template_json(nullptr, nullptr, plain, nullptr, 0, &need) == INFER_ERR_INVALID_ARGUMENT);
+  apply_json(nullptr, "chatml", R"({"messages": [)", &st);
+  CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(infer_last_error()).find("byte") != std::string::npos);
+  apply_json(nullptr, "chatml", "[]", &st);
+  CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+  apply_json(nullptr, "chatml", R"({"messages": {"role": "user"}})", &st);
+  CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+  apply_json(nullptr, "chatml", R"({"messages": [1]})", &st);
+  CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+  apply_json(nullptr, "chatml", R"({"messages": [{"role": "user", "content": null}]})", &st);
+  CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+}

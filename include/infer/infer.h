@@ -653,6 +653,24 @@ INFER_API infer_status infer_chat_apply_template(const infer_model *model, const
                                                  int32_t add_generation_prompt, char *buf, size_t buf_size,
                                                  size_t *needed);
 
+/* Since 1.2. As infer_chat_apply_template, with the conversation given as
+ * JSON, for what role/content pairs cannot carry (tool calls and results, a
+ * tools list, enable_thinking, ...). context_json is a JSON object whose keys
+ * become the template's variables as Hugging Face's apply_chat_template
+ * passes them: "messages" (an array of objects with "role", "content" and
+ * whatever else the template reads, e.g. "tool_calls"), "tools",
+ * "add_generation_prompt" (default false), "enable_thinking", ...; bos_token
+ * and eos_token are the model's (else the family's) unless given, tools and
+ * documents none unless given. template_name as for
+ * infer_chat_apply_template; a built-in template reads only the messages'
+ * "role" and "content" (strings) and "add_generation_prompt".
+ * INVALID_ARGUMENT for malformed JSON (the message gives the byte offset), a
+ * context that is not an object or whose "messages" is not an array of
+ * objects, and as infer_chat_apply_template. */
+INFER_API infer_status infer_chat_apply_template_json(const infer_model *model, const char *template_name,
+                                                      const char *context_json, char *buf, size_t buf_size,
+                                                      size_t *needed);
+
 /* The texts that end an assistant turn in a template's format, for use as
  * stop strings alongside the model's end-of-generation tokens: stop string
  * `index` (0, 1, ...) of template `template_name`, or NULL past the last one

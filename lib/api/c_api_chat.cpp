@@ -180,4 +180,42 @@ infer_status infer_chat_apply_template(const infer_model* model, const char* tem
   });
 }
 
+infer_status infer_chat_apply_template_json(const infer_model* model, const char* template_name,
+                                            const char* context_json, char* buf, size_t buf_size, size_t* needed) {
+  if (needed) *needed = 0;
+  if (!model && !template_name)
+    return fail(INFER_ERR_INVALID_ARGUMENT,
+                "infer_chat_apply_template_json: give a model, a template name, or both");
+  if (!context_json) return fail(INFER_ERR_INVALID_ARGUMENT, "infer_chat_apply_template_json: context_json is NULL");
+  return guarded([&] {
+    const infer::jinja::Value ctx = infer::jinja::Value::from_json(context_json);
+    if (!ctx.is_object())
+      infer::raise(infer::Status::InvalidArgument, "infer_chat_apply_template_json: the context must be a JSON object");
+    const infer::jinja::Value* list = ctx.find("messages");
+    if (!list || !list->is_array())
+      infer::raise(infer::Status::InvalidArgument,
+                   "infer_chat_apply_template_json: the context needs \"messages\", an array of objects");
+    for (size_t i = 0; i < list->arr().size(); ++i)
+      if (!list->arr()[i].is_object())
+        infer::raise(infer::Status::InvalidArgument, "infer_chat_apply_template_json: message %zu is not an object", i);
+    const infer::jinja::Value* gen = ctx.find("add_generation_prompt");
+    const bool add_gen = gen && gen->kind() == infer::jinja::Value::Kind::Bool && gen->as_bool();
+    const std::string text = render_conversation(
+        model, template_name, ctx, [&](const infer::ChatTemplate& t, const infer::ChatSpecials& sp) {
+          std::vector<infer::ChatMessage> msgs;
+          for (size_t i = 0; i < list->arr().size(); ++i) {
+            const infer::jinja::Value* role = list->arr()[i].find("role");
+            const infer::jinja::Value* content = list->arr()[i].find("content");
+            if (!role || !role->is_string() || !content || !content->is_string())
+              infer::raise(infer::Status::InvalidArgument,
+                           "message %zu needs a string role and content for the built-in template '%s'", i,
+                           t.name.c_str());
+            msgs.push_back({role->str(), content->str()});
+          }
+          return infer::chat_render(t, msgs, add_gen, sp);
+        });
+    return copy_out(text, buf, buf_size, needed);
+  });
+}
+
 }  // extern "C"

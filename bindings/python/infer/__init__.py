@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import json
 import os
 import threading
 import time
@@ -490,6 +491,15 @@ class Model:
         name = template.encode() if template is not None else None
         raw = _sized_string(lambda b, n, nd: self._c("infer_chat_apply_template", name, arr, len(keep), int(add_generation_prompt), b, n, nd),
             "infer_chat_apply_template", initial=1024)
+        return raw.decode("utf-8")
+
+    def apply_chat_template_json(self, context: Dict[str, Any], template: Optional[str] = None) -> str:
+        """Renders a conversation given as Hugging Face's apply_chat_template
+        variables (messages with tool calls, tools, enable_thinking, ...)."""
+        name = template.encode() if template is not None else None
+        ctx = json.dumps(context, ensure_ascii=False).encode("utf-8")
+        raw = _sized_string(lambda b, n, nd: self._c("infer_chat_apply_template_json", name, ctx, b, n, nd),
+            "infer_chat_apply_template_json", initial=1024)
         return raw.decode("utf-8")
 
     def chat(self, messages: Iterable[ChatMessage], template: Optional[str] = None,

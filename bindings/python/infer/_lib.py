@@ -179,6 +179,7 @@ _PROTOTYPES = {
     "infer_chat_apply_template": (_S, [_H, c_char_p, POINTER(ChatMessageC), c_size_t, c_int32,
                                        c_char_p, c_size_t, POINTER(c_size_t)]),
     "infer_chat_template_stop": (c_char_p, [c_char_p, c_int32]),
+    "infer_chat_apply_template_json": (_S, [_H, c_char_p, c_char_p, c_char_p, c_size_t, POINTER(c_size_t)]),
 }
 
 

@@ -244,6 +244,16 @@ def test_chat(model):
         model.apply_chat_template(msgs, template="no-such-template")
     with pytest.raises(infer.InferInvalidArgument):
         model.apply_chat_template([{"role": "robot", "content": "x"}], template="chatml")
+    # A Jinja template with tools, rendered by libinfer's interpreter.
+    tmpl = ("{% for t in tools %}[{{ t.name }}]{% endfor %}{% for m in messages %}<{{ m.role }}>"
+            "{{ m.content | trim }}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}{% endfor %}")
+    ctx = {"messages": [{"role": "user", "content": " é "},
+                        {"role": "assistant", "content": "", "tool_calls": [{"name": "f", "arguments": {"x": 1}}]}],
+           "tools": [{"name": "f"}]}
+    assert model.apply_chat_template_json(ctx, template=tmpl) == \
+        '[f]<user>é<assistant>[{"name": "f", "arguments": {"x": 1}}]'
+    with pytest.raises(infer.InferInvalidArgument):
+        model.apply_chat_template_json({"messages": 3}, template="chatml")
 
 
 # ---- errors --------------------------------------------------------------------------------

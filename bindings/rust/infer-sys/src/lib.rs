@@ -562,6 +562,14 @@ extern "C" {
         buf_size: usize,
         needed: *mut usize,
     ) -> infer_status;
+    pub fn infer_chat_apply_template_json(
+        model: *const infer_model,
+        template_name: *const c_char,
+        context_json: *const c_char,
+        buf: *mut c_char,
+        buf_size: usize,
+        needed: *mut usize,
+    ) -> infer_status;
     pub fn infer_chat_template_stop(template_name: *const c_char, index: i32) -> *const c_char;
 
     pub fn infer_quantize_params_init(params: *mut infer_quantize_params);
