@@ -401,8 +401,16 @@ TEST_CASE("chat: C API", "[chat]") {
     // A real template with a construct the interpreter lacks ({% filter %}).
     const std::string text = "{% filter upper %}{% endfilter %}" + read_fixture("llama2-7b-chat.jinja");
     TempModel model(text);
+    std::string logged;
+    infer_set_log_callback(
+        [](infer_log_level, const char* message, void* user) { *static_cast<std::string*>(user) += message; }, &logged,
+        INFER_LOG_WARN);
     CHECK(apply(model.m, nullptr, msgs, &st) == "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
+    infer_set_log_callback(nullptr, nullptr, INFER_LOG_WARN);
     CHECK(st == INFER_OK);
+    // The fallback is announced: what the interpreter lacks, and the built-in used.
+    CHECK(logged.find("{% filter %}") != std::string::npos);
+    CHECK(logged.find("'llama2'") != std::string::npos);
     apply(model.m, "jinja", msgs, &st);
     CHECK(st == INFER_ERR_UNSUPPORTED);
     CHECK(std::string(infer_last_error()).find("{% filter %}") != std::string::npos);
