@@ -151,6 +151,7 @@ inline MatmulArgs rows_from(const MatmulArgs& a, int64_t i0, QActs& qa) {
     qa.d += i0 * qa.nb;
     qa.xs += i0 * qa.nb;
     if (qa.sum) qa.sum += i0 * qa.nb;
+    if (qa.hsum) qa.hsum += i0 * qa.nb;
     b.qa = &qa;
   }
   return b;

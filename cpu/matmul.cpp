@@ -77,7 +77,7 @@ struct ActScratch {
   std::vector<int8_t> q;
   std::vector<uint8_t> u;
   std::vector<float> d, xs;
-  std::vector<int32_t> sum;
+  std::vector<int32_t> sum, hsum;
 };
 
 const char kPanelsKey = 0;  // WeightCache tag of the panels
@@ -147,6 +147,10 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
       scratch.sum.resize(static_cast<size_t>(m * qa.nb));
       qa.sum = scratch.sum.data();
     }
+    if (k.act_hsums) {
+      scratch.hsum.resize(static_cast<size_t>(m * qa.nb));
+      qa.hsum = scratch.hsum.data();
+    }
     const auto quant = isa.quantize_acts;
     auto rows = [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
@@ -159,6 +163,18 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
             int32_t t = 0;
             for (int64_t j = 0; j < qa.block; ++j) t += q[b * qa.block + j];
             sum[b] = t;
+          }
+        }
+        if (k.act_hsums) {
+          int32_t* hs = scratch.hsum.data() + i * qa.nb;
+          for (int64_t b = 0; b < qa.nb; ++b) {
+            int32_t lo = 0, hi = 0;
+            for (int j = 0; j < 16; ++j) {
+              lo += q[b * 32 + j];
+              hi += q[b * 32 + 16 + j];
+            }
+            hs[b] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                                         (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
           }
         }
       }

@@ -38,6 +38,9 @@ struct QActs {
   const float* d = nullptr;
   const float* xs = nullptr;
   const int32_t* sum = nullptr;  // Σq of each block (like d and xs), when asked for
+  // Per 32-value block, the Σq of its two 16-value halves as the low and high
+  // i16 of one int32 (|Σ| <= 16 * 127), when asked for (Q6_K's 16-value scales).
+  const int32_t* hsum = nullptr;
   const int8_t* row(int64_t i) const { return q + i * n_pad; }
   const uint8_t* urow(int64_t i) const { return u + i * n_pad; }
 };
@@ -142,6 +145,7 @@ struct FormatKernel {
   int act_block = 0;      // 0: f32 activations; 32: int8 per 32 values; -1: int8 per row
   bool act_u8 = false;    // also wants QActs::u
   bool act_sums = false;  // also wants QActs::sum
+  bool act_hsums = false;  // also wants QActs::hsum (32-value blocks only)
   bool panels = false;    // works on pack_panels() output
   int panel_rows = kPanelRows;  // the driver hands out output rows in multiples of this
 };

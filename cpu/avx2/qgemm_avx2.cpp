@@ -433,17 +433,6 @@ inline void unroll(F&& f) {
   unroll_seq(f, std::make_integer_sequence<int, N>{});
 }
 
-// (S_a, S_b) as the two i16 halves of every dword: the sums of values 0..15
-// and 16..31 of a block of 32 int8 activations (|S| <= 16 * 127).
-inline __m256i half_sums(const int8_t* xq) {
-  const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-  __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xv), ones16());  // 8 sums of 4
-  p = _mm256_hadd_epi32(p, p);
-  p = _mm256_hadd_epi32(p, p);  // low 128 bits: S_a in every dword; high: S_b
-  const __m256i sa = _mm256_permute2x128_si256(p, p, 0x00), sb = _mm256_permute2x128_si256(p, p, 0x11);
-  return _mm256_blend_epi16(sa, _mm256_slli_epi32(sb, 16), 0xAA);
-}
-
 // NH halves (8 rows of W each) of a K4 panel with high bits against NX rows
 // of x starting at i0: NH = 2, the whole panel in one pass (decode, m <= 2;
 // see k4_full), or NH = 1, half `half0` (larger m, more rows of x per pass).
@@ -455,8 +444,8 @@ inline __m256i half_sums(const int8_t* xq) {
 //  - Q6_K: unsigned 6-bit q; a step's i16 lanes (4 products of 63 * 127)
 //    are widened by madd with the row's 16-value scale sc, and the -32
 //    offset is the integer 32 (sc_a S_a + sc_b S_b) of the block's two
-//    16-value activation sums: Σ sc (q - 32) x exactly in int32, times d and
-//    the activation scale.
+//    16-value activation sums (QActs::hsum): Σ sc (q - 32) x exactly in
+//    int32, times d and the activation scale.
 template <int NX, Panels::Scales S, int NH>
 void kq_panel(const Panels& P, const uint8_t* panel, int half0, const QActs& qa, int64_t i0, float* out /*[NX][8*NH]*/) {
   using Sc = Panels::Scales;
@@ -553,7 +542,7 @@ void kq_panel(const Panels& P, const uint8_t* panel, int half0, const QActs& qa,
         const int64_t ai = (i0 + r) * qa.nb + blk;
         const __m256 xd = _mm256_set1_ps(qa.d[ai]);
         if constexpr (kQ6) {
-          const __m256i hs = half_sums(qa.row(i0 + r) + blk * 32);
+          const __m256i hs = _mm256_set1_epi32(qa.hsum[ai]);  // (S_a, S_b) in every dword
           for (int h = 0; h < NH; ++h) {
             const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(scp[h], hs), 5);
             acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s32[r][h], off)), _mm256_mul_ps(dsup[h], xd), acc[r][h]);
@@ -823,7 +812,8 @@ FormatKernel format_kernel(DType t, int64_t m) {
     case DType::Q5_1: k.tile = panels_for<KqHalf<Sc::Q5_1>, KqFull<Sc::Q5_1>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q4_K: k.tile = panels_for<K4Half<Sc::Q4_K>, K4Full<Sc::Q4_K>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q5_K: k.tile = panels_for<KqHalf<Sc::Q5_K>, KqFull<Sc::Q5_K>>(m); k.act_block = 32; k.panels = true; break;
-    case DType::Q6_K: k.tile = panels_for<KqHalf<Sc::Q6_K>, KqFull<Sc::Q6_K>>(m); k.act_block = 32; k.panels = true; break;
+    case DType::Q6_K:
+      k.tile = panels_for<KqHalf<Sc::Q6_K>, KqFull<Sc::Q6_K>>(m); k.act_block = 32; k.act_hsums = true; k.panels = true; break;
     case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : row_tiles<F32Dot>; break;
     case DType::F16: k.tile = tile_fp<Fp, PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     case DType::BF16: k.tile = tile_fp<Fp, PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;

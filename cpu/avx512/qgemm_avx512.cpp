@@ -145,13 +145,6 @@ inline __m512i high_at4(__m512i h) {
   }
 }
 
-// Σ of 16 int8 values (through the unsigned sums of x + 128).
-inline int32_t sum16_i8(const int8_t* x) {
-  const __m128i u = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)), _mm_set1_epi8(-128));
-  const __m128i s = _mm_sad_epu8(u, _mm_setzero_si128());
-  return _mm_cvtsi128_si32(s) + _mm_extract_epi32(s, 2) - 16 * 128;
-}
-
 // All 16 rows of a K4 panel with high bits against NX rows of x: vpdpbusd
 // of the unsigned 5- or 6-bit values with int8 activations, in int32.
 // Q5_*: w = a q + b per block (b * Σx from QActs::xs). Q6_K: per 16-value
@@ -233,9 +226,10 @@ void kq_panel(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0
         const int64_t ai = (i0 + r) * qa.nb + blk;
         const __m512 xd = _mm512_set1_ps(qa.d[ai]);
         if constexpr (kQ6) {
-          const int8_t* xq = qa.row(i0 + r) + blk * 32;
-          const __m512i ta = _mm512_sub_epi32(s32[r], _mm512_set1_epi32(32 * sum16_i8(xq)));
-          const __m512i tb = _mm512_sub_epi32(s32b[r], _mm512_set1_epi32(32 * sum16_i8(xq + 16)));
+          const int32_t hs = qa.hsum[ai];  // the block's two 16-value sums, as i16 halves
+          const int32_t sa = static_cast<int16_t>(hs & 0xFFFF), sb = static_cast<int16_t>(static_cast<uint32_t>(hs) >> 16);
+          const __m512i ta = _mm512_sub_epi32(s32[r], _mm512_set1_epi32(32 * sa));
+          const __m512i tb = _mm512_sub_epi32(s32b[r], _mm512_set1_epi32(32 * sb));
           const __m512i t = _mm512_add_epi32(_mm512_mullo_epi32(ta, sca), _mm512_mullo_epi32(tb, scb));
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dsup, xd), acc[r]);
         } else {
@@ -477,7 +471,7 @@ FormatKernel format_kernel(DType t, int64_t m) {
     case DType::Q5_0: k.tile = panel_tiles<Kq<Sc::Q5_0>>; k.act_block = 32; k.panels = true; break;
     case DType::Q5_1: k.tile = panel_tiles<Kq<Sc::Q5_1>>; k.act_block = 32; k.panels = true; break;
     case DType::Q5_K: k.tile = panel_tiles<Kq<Sc::Q5_K>>; k.act_block = 32; k.panels = true; break;
-    case DType::Q6_K: k.tile = panel_tiles<Kq<Sc::Q6_K>>; k.act_block = 32; k.panels = true; break;
+    case DType::Q6_K: k.tile = panel_tiles<Kq<Sc::Q6_K>>; k.act_block = 32; k.act_hsums = true; k.panels = true; break;
     case DType::Q8_0: k.tile = panel_tiles<K8<false>>; k.act_block = 32; k.act_u8 = true; k.panels = true; break;
     case DType::W8A8: k.tile = panel_tiles<K8<true>>; k.act_block = -1; k.act_u8 = true; k.panels = true; break;
     case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : row_tiles<F32Dot>; break;
