@@ -250,6 +250,14 @@ void tile_fp(const MatmulArgs& a, int64_t r0, int64_t r1) {
     const int64_t c0 = p * kFpPanelRows;
     const int nc = static_cast<int>(std::min<int64_t>(kFpPanelRows, r1 - c0));
     const uint8_t* panel = P.panel(p);
+    if constexpr (std::is_same_v<L, typename T::F32>) {
+      // Already f32: the converted path's kernel on the panel itself (the
+      // same kernel, so the same sums as with a copy).
+      if (convert) {
+        fp_panel_rows<typename T::template Tiles<L>>(panel, K, a.x, a.m, K, a.y + c0, n_out, nc, 0);
+        continue;
+      }
+    }
     if (convert) {
       T::template widen<L>(panel, K * kFpPanelRows, buf);
       fp_panel_rows<typename T::template Tiles<typename T::F32>>(reinterpret_cast<const uint8_t*>(buf), K, a.x, a.m,

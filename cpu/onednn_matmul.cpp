@@ -222,7 +222,12 @@ bool onednn_preferred(DType t, int64_t m, int64_t n_in, int64_t n_out) {
   // AMX: only when the cap allows AMX (INFER_CPU_ISA=avx512 means none).
   if (t == DType::W8A8)
     return m >= 8 && isa_cap() >= Isa::Amx && onednn_has_amx_int8() && !(isa >= Isa::Amx && m >= kAmxMinRows);
-  return m >= 4;
+  // F32: never by default. oneDNN's sgemm sums in another order than our
+  // panels, so a row's logits would change with the batch it shares (the
+  // speculative decoder's verification rows would disagree with plain
+  // decoding); our f32 panels give every m the same bits. (Only forced, for
+  // the benchmarks that compare the two.)
+  return false;
 }
 
 bool onednn_matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {

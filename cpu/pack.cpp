@@ -243,20 +243,22 @@ void pack_k8(const WeightView& w, Panels& p, ThreadPool* pool) {
   });
 }
 
-// 32 rows of W transposed, 2-byte elements copied as they are.
+// 32 rows of W transposed, elements (2 bytes: F16, BF16; 4: F32) copied as
+// they are.
 void pack_fp(const WeightView& w, Panels& p, ThreadPool* pool) {
+  const size_t es = w.type == DType::F32 ? 4 : 2;
   p.kind = Panels::Kind::FP;
   p.rows = kFpPanelRows;
   p.n_pad = w.n_in;
-  p.panel_bytes = static_cast<size_t>(w.n_in) * kFpPanelRows * 2;
+  p.panel_bytes = static_cast<size_t>(w.n_in) * kFpPanelRows * es;
   p.data = {alloc_aligned(p.panel_bytes * p.n_panels), std::free};
   for_panels(p, pool, [&](int64_t pi) {
-    uint16_t* dst = reinterpret_cast<uint16_t*>(p.data.get() + pi * p.panel_bytes);
+    uint8_t* dst = p.data.get() + pi * p.panel_bytes;
     for (int r = 0; r < kFpPanelRows; ++r) {
       const int64_t row = pi * kFpPanelRows + r;
       if (row >= w.n_out) continue;
       const uint8_t* src = w.row(row);
-      for (int64_t k = 0; k < w.n_in; ++k) std::memcpy(dst + k * kFpPanelRows + r, src + 2 * k, 2);
+      for (int64_t k = 0; k < w.n_in; ++k) std::memcpy(dst + (k * kFpPanelRows + r) * es, src + es * k, es);
     }
   });
 }
@@ -267,7 +269,7 @@ std::shared_ptr<Panels> pack_panels(const WeightView& w, ThreadPool* pool) {
   auto p = std::make_shared<Panels>();
   p->n_in = w.n_in;
   p->n_out = w.n_out;
-  const int rows = w.type == DType::F16 || w.type == DType::BF16 ? kFpPanelRows : kPanelRows;
+  const int rows = w.type == DType::F16 || w.type == DType::BF16 || w.type == DType::F32 ? kFpPanelRows : kPanelRows;
   p->n_panels = (w.n_out + rows - 1) / rows;
   switch (w.type) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q4_K:
@@ -275,7 +277,7 @@ std::shared_ptr<Panels> pack_panels(const WeightView& w, ThreadPool* pool) {
     case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
       pack_k4(w, *p, pool);
       break;
-    case DType::F16: case DType::BF16:
+    case DType::F16: case DType::BF16: case DType::F32:
       pack_fp(w, *p, pool);
       break;
     case DType::Q8_0: case DType::W8A8:

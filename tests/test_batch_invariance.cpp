@@ -4,10 +4,8 @@
 // token for token only if every kernel gives a row the same bits at any m.
 // For every weight format, every m in 1..64 is compared bitwise with m = 1
 // (each row alone), on the ISA this machine runs and with it capped lower.
-// Known exception, not yet fixed (issue 13): F32 weights switch at m >= 16 to
-// a converted-panel GEMM (and, for large matrices, to oneDNN's sgemm from
-// m = 4) whose summation order differs from the m < 16 dot products; F32 is
-// checked below that switch only.
+// F32 included: it runs through the same transposed panels as F16/BF16 at
+// every m (oneDNN's sgemm, whose order differs, is not used for it).
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -64,7 +62,7 @@ void make(Weight& w, DType t, int64_t n_in, int64_t n_out, uint32_t seed) {
 }
 
 // For each ISA level this machine runs and each type: every m in 2..64
-// against each row computed alone (F32 below its m = 16 switch).
+// against each row computed alone.
 void check_invariance(Backend& be, const std::vector<DType>& types, int64_t n_in, int64_t n_out) {
   const int64_t M = 64;
   std::mt19937 rng(11);
@@ -85,7 +83,7 @@ void check_invariance(Backend& be, const std::vector<DType>& types, int64_t n_in
       std::vector<float> alone(static_cast<size_t>(M * n_out));
       for (int64_t i = 0; i < M; ++i) be.matmul(v, x.data() + i * n_in, 1, alone.data() + i * n_out);
       int mismatched_m = 0;
-      const int64_t top_m = t == DType::F32 ? 15 : M;
+      const int64_t top_m = M;
       for (int64_t m = 2; m <= top_m; ++m) {
         std::vector<float> y(static_cast<size_t>(m * n_out));
         be.matmul(v, x.data(), m, y.data());
@@ -113,6 +111,10 @@ TEST_CASE("batch invariance: a matmul row's bits do not depend on the number of 
                    {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                     DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::INT4_G32, DType::INT4_G128, DType::W8A8},
                    512, 80);
+  // F32 at a shape that used to go to oneDNN's sgemm from m = 4 (both sides
+  // >= 256), and at one ending in a partial panel and an odd n_in.
+  check_invariance(*be, {DType::F32}, 512, 300);
+  check_invariance(*be, {DType::F32, DType::F16}, 37, 45);
 }
 
 // The panels with high bits at shapes that end in a partial panel, with

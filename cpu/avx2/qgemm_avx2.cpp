@@ -814,7 +814,9 @@ FormatKernel format_kernel(DType t, int64_t m) {
     case DType::Q5_K: k.tile = panels_for<KqHalf<Sc::Q5_K>, KqFull<Sc::Q5_K>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q6_K:
       k.tile = panels_for<KqHalf<Sc::Q6_K>, KqFull<Sc::Q6_K>>(m); k.act_block = 32; k.act_hsums = true; k.panels = true; break;
-    case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : row_tiles<F32Dot>; break;
+    // F32 as F16/BF16: every m through the same panels, so each output sums
+    // over k in one order whatever the batch (bitwise batch invariance).
+    case DType::F32: k.tile = tile_fp<Fp, PanelF32>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     case DType::F16: k.tile = tile_fp<Fp, PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     case DType::BF16: k.tile = tile_fp<Fp, PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     default: break;

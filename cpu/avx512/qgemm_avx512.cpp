@@ -474,7 +474,9 @@ FormatKernel format_kernel(DType t, int64_t m) {
     case DType::Q6_K: k.tile = panel_tiles<Kq<Sc::Q6_K>>; k.act_block = 32; k.act_hsums = true; k.panels = true; break;
     case DType::Q8_0: k.tile = panel_tiles<K8<false>>; k.act_block = 32; k.act_u8 = true; k.panels = true; break;
     case DType::W8A8: k.tile = panel_tiles<K8<true>>; k.act_block = -1; k.act_u8 = true; k.panels = true; break;
-    case DType::F32: k.tile = m >= kFloatGemmMinRows ? float_panel_gemm<F32Panel> : row_tiles<F32Dot>; break;
+    // F32 as F16/BF16: every m through the same panels, so each output sums
+    // over k in one order whatever the batch (bitwise batch invariance).
+    case DType::F32: k.tile = tile_fp<Fp, PanelF32>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     case DType::F16: k.tile = tile_fp<Fp, PanelF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     case DType::BF16: k.tile = tile_fp<Fp, PanelBF16>; k.panels = true; k.panel_rows = kFpPanelRows; break;
     default: break;
