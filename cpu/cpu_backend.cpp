@@ -64,6 +64,37 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(n, 4 * kElemGrain, [&](int64_t b, int64_t e) { ok_.add(x + b, y + b, e - b); });
   }
 
+  // The ops of a few architectures only (Gemma, Qwen2, Phi-3): plain loops,
+  // each output from its own inputs alone (batch invariant).
+  void geglu(const float* gate, const float* up, float* out, int64_t n) override {
+    pool_.parallel_for(n, kElemGrain / 4, [&](int64_t b, int64_t e) {
+      constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
+      for (int64_t i = b; i < e; ++i) {
+        const float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + std::tanh(kC * (g + 0.044715f * g * g * g))) * up[i];
+      }
+    });
+  }
+
+  void add_bias(float* x, const float* bias, int64_t m, int64_t n) override {
+    pool_.parallel_for(m, std::max<int64_t>(1, kRowsGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) ok_.add(x + r * n, bias, n);
+    });
+  }
+
+  void scale(float* x, int64_t n, float s) override {
+    pool_.parallel_for(n, 4 * kElemGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) x[i] *= s;
+    });
+  }
+
+  void softcap(float* x, int64_t n, float cap) override {
+    pool_.parallel_for(n, kElemGrain / 4, [&](int64_t b, int64_t e) {
+      const float inv = 1.0f / cap;
+      for (int64_t i = b; i < e; ++i) x[i] = cap * std::tanh(x[i] * inv);
+    });
+  }
+
   // KV blocks live in host memory, in the reference layout (kv/kv_format.h).
   // The first blocks of the primary pool are committed now: the first
   // request would otherwise pay their page faults (costly on a VM).
@@ -102,13 +133,14 @@ class CpuBackend final : public Backend {
   // theta = (pos * pos_scale) * inv_freq[i] in float, as the references do.
   const float* rope_table(int64_t m, const int32_t* pos, const RopeParams& p) {
     const int half = p.n_rot / 2;
-    const bool same = rope_m_ == m && rope_half_ == half && rope_pos_scale_ == p.pos_scale &&
+    const bool same = rope_m_ == m && rope_half_ == half && rope_pos_scale_ == p.pos_scale && rope_mscale_ == p.mscale &&
                       std::equal(pos, pos + m, rope_pos_.begin()) &&
                       std::equal(p.inv_freq, p.inv_freq + half, rope_freq_.begin());
     if (same) return rope_cs_.data();
     rope_m_ = m;
     rope_half_ = half;
     rope_pos_scale_ = p.pos_scale;
+    rope_mscale_ = p.mscale;
     rope_pos_.assign(pos, pos + m);
     rope_freq_.assign(p.inv_freq, p.inv_freq + half);
     rope_cs_.resize(static_cast<size_t>(m) * 2 * half);
@@ -119,6 +151,10 @@ class CpuBackend final : public Backend {
         const float theta = fpos * p.inv_freq[i];
         cs[2 * i] = std::cos(theta);
         cs[2 * i + 1] = std::sin(theta);
+        if (p.mscale != 1.0f) {
+          cs[2 * i] *= p.mscale;
+          cs[2 * i + 1] *= p.mscale;
+        }
       }
     }
     return rope_cs_.data();
@@ -128,7 +164,7 @@ class CpuBackend final : public Backend {
   const cpu::OpKernels& ok_;
   int64_t rope_m_ = -1;
   int rope_half_ = -1;
-  float rope_pos_scale_ = 0.0f;
+  float rope_pos_scale_ = 0.0f, rope_mscale_ = 0.0f;
   std::vector<int32_t> rope_pos_;
   std::vector<float> rope_freq_, rope_cs_;
 };

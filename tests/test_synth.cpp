@@ -104,7 +104,10 @@ TEST_CASE("synth: every preset's architecture and head grouping loads and runs",
     p.n_head_kv = 1;
     p.n_head = full.n_head / full.n_head_kv;
     p.n_embd = 8 * p.n_head;
-    p.n_layer = 1;
+    if (p.head_dim > 0) p.head_dim = 16;  // architectures with their own head size keep one
+    if (p.sliding_window > 0) p.sliding_window = 4;
+    p.rope_orig_ctx = std::min(p.rope_orig_ctx, 32);
+    p.n_layer = 2;  // Gemma 2 alternates windowed and global layers
     p.n_ff = 24;
     p.n_vocab = 300;
     p.n_ctx = 64;

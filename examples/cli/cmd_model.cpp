@@ -29,6 +29,52 @@ std::vector<std::pair<std::string, std::string>> all_metadata(infer_model* m) {
   return out;
 }
 
+// The architecture's particulars, from the file's metadata and tensor names
+// (what the library's architecture files read: lib/model/*.cpp).
+struct Particulars {
+  std::string rope, window, softcap, extras;
+};
+
+Particulars particulars(const std::string& arch, const std::map<std::string, std::string>& meta,
+                        const std::map<std::string, int>& tensors) {
+  auto get = [&](const std::string& k) -> std::string {
+    auto it = meta.find(arch + "." + k);
+    return it == meta.end() ? "" : it->second;
+  };
+  auto has = [&](const std::string& t) { return tensors.count(t) > 0; };
+  Particulars p;
+  const auto neox_key = meta.find("infer.rope.neox");
+  const bool neox = neox_key != meta.end() ? neox_key->second == "true" : !(arch == "llama" || arch == "mistral");
+  p.rope = neox ? "rotate-half (neox)" : "interleaved";
+  const std::string type = get("rope.scaling.type");
+  if (has("rope_freqs.weight")) {
+    p.rope += ", llama3 scaling (rope_freqs)";
+  } else if (type == "llama3" || type == "linear") {
+    p.rope += ", " + type + " scaling x" + get("rope.scaling.factor");
+  }
+  if (has("rope_factors_long.weight")) {
+    p.rope += ", long-rope factors (original context " + get("rope.scaling.original_context_length") + ")";
+  }
+  const std::string w = get("attention.sliding_window");
+  if (arch == "gemma2") {
+    p.window = (w.empty() ? std::string("4096") : w) + " on even layers, full attention on odd layers";
+  } else {
+    p.window = w.empty() ? "none (full attention)" : w + " on every layer";
+  }
+  const std::string ac = get("attn_logit_softcapping"), fc = get("final_logit_softcapping");
+  if (arch == "gemma2") p.softcap = "attention " + (ac.empty() ? "50" : ac) + ", logits " + (fc.empty() ? "30" : fc);
+  auto add = [&](const std::string& x) { p.extras += (p.extras.empty() ? "" : ", ") + x; };
+  if (has("blk.0.attn_q.bias")) add("q/k/v biases");
+  if (has("blk.0.attn_q_norm.weight")) add("q/k per-head rmsnorm");
+  if (has("blk.0.attn_qkv.weight")) add("fused qkv");
+  if (arch == "phi3" && !has("blk.0.ffn_gate.weight")) add("fused gate+up");
+  if (has("blk.0.post_ffw_norm.weight")) add("post-attention and post-ffn norms");
+  if (arch == "gemma" || arch == "gemma2") add("gelu-tanh gating, embeddings x sqrt(n_embd)");
+  if (!get("expert_count").empty()) add("experts " + get("expert_used_count") + " of " + get("expert_count"));
+  if (!has("output.weight")) add("tied embeddings");
+  return p;
+}
+
 int cmd_info(int argc, char** argv) {
   Args a(argc, argv, 2, kInfoFlags);
   a.no_positionals();
@@ -36,7 +82,7 @@ int cmd_info(int argc, char** argv) {
   infer_model_info in;
   infer_model_info_init(&in);
   check(infer_model_get_info(model.m, &in), "reading model info");
-  std::map<std::string, int> types;
+  std::map<std::string, int> types, names;
   const int32_t nt = infer_model_tensor_count(model.m);
   for (int32_t i = 0; i < nt; ++i) {
     infer_tensor_info ti;
@@ -44,7 +90,12 @@ int cmd_info(int argc, char** argv) {
     ti.struct_size = sizeof ti;
     check(infer_model_tensor(model.m, i, &ti), "reading tensor info");
     types[ti.type]++;
+    names[ti.name] = 1;
   }
+  std::map<std::string, std::string> meta;
+  for (auto& [k, v] : all_metadata(model.m))
+    if (v.size() < 256) meta[k] = v;
+  const Particulars part = particulars(in.architecture, meta, names);
   std::string meta_json;
   if (a.flag("--all") && a.flag("--json")) {
     meta_json = ", \"metadata\": {";
@@ -61,11 +112,14 @@ int cmd_info(int argc, char** argv) {
     std::printf("{\"architecture\": \"%s\", \"name\": \"%s\", \"n_vocab\": %d, \"n_ctx_train\": %d, \"n_embd\": %d, "
                 "\"n_layer\": %d, \"n_head\": %d, \"n_head_kv\": %d, \"n_ff\": %d, \"n_rot\": %d, \"rope_freq_base\": %s, "
                 "\"rms_norm_eps\": %s, \"n_params\": %llu, \"n_bytes\": %llu, \"n_tensors\": %d, \"tensor_types\": {%s}, "
-                "\"tokenizer\": \"%s\", \"bos_token\": %d, \"eos_token\": %d%s}\n",
+                "\"tokenizer\": \"%s\", \"bos_token\": %d, \"eos_token\": %d, \"rope\": \"%s\", "
+                "\"sliding_window\": \"%s\", \"softcap\": \"%s\", \"particulars\": \"%s\"%s}\n",
                 json_escape(in.architecture).c_str(), json_escape(in.name).c_str(), in.n_vocab, in.n_ctx_train,
                 in.n_embd, in.n_layer, in.n_head, in.n_head_kv, in.n_ff, in.n_rot, num(in.rope_freq_base).c_str(),
                 num(in.rms_norm_eps).c_str(), (unsigned long long)in.n_params, (unsigned long long)in.n_bytes,
-                in.n_tensors, t.c_str(), json_escape(in.tokenizer).c_str(), in.bos_token, in.eos_token, meta_json.c_str());
+                in.n_tensors, t.c_str(), json_escape(in.tokenizer).c_str(), in.bos_token, in.eos_token,
+                json_escape(part.rope).c_str(), json_escape(part.window).c_str(), json_escape(part.softcap).c_str(),
+                json_escape(part.extras).c_str(), meta_json.c_str());
   } else {
     std::printf("architecture:   %s\nname:           %s\nparameters:     %llu (%.2f MiB in %d tensors)\n",
                 in.architecture, in.name, (unsigned long long)in.n_params, in.n_bytes / 1048576.0, in.n_tensors);
@@ -73,6 +127,9 @@ int cmd_info(int argc, char** argv) {
                 in.n_layer, in.n_head, in.n_head_kv, in.n_ff, in.n_rot);
     std::printf("context length: %d\nrope base:      %g\nrms eps:        %g\n", in.n_ctx_train, in.rope_freq_base,
                 in.rms_norm_eps);
+    std::printf("rope:           %s\nsliding window: %s\n", part.rope.c_str(), part.window.c_str());
+    if (!part.softcap.empty()) std::printf("soft-capping:   %s\n", part.softcap.c_str());
+    if (!part.extras.empty()) std::printf("particulars:    %s\n", part.extras.c_str());
     std::printf("tokenizer:      %s, %d tokens, bos %d, eos %d\ntensor types:  ", in.tokenizer, in.n_vocab,
                 in.bos_token, in.eos_token);
     for (auto& [k, v] : types) std::printf(" %s x%d", k.c_str(), v);

@@ -76,6 +76,9 @@ struct AttnBatch {
   const int32_t* slot = nullptr;
   int32_t window = 0;  // sliding window: attend to positions > pos - window (0: all)
   const int32_t* const* table = nullptr;
+  // Logit soft-capping (Gemma 2): each scaled score s becomes
+  // softcap * tanh(s / softcap) before the softmax (0: none).
+  float softcap = 0.0f;
 };
 
 // Rotary embedding: dims [0, n_rot) of each head are rotated by
@@ -86,6 +89,7 @@ struct RopeParams {
   bool neox = false;
   const float* inv_freq = nullptr;  // n_rot / 2 values
   float pos_scale = 1.0f;           // linear position scaling (1 = none)
+  float mscale = 1.0f;              // cos and sin multiplied by this (Phi-3 long-rope attention factor)
 };
 
 class Backend {
@@ -105,6 +109,15 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, float* out, int64_t n) = 0;
   // x += y, elementwise.
   virtual void add(float* x, const float* y, int64_t n) = 0;
+  // out = gelu(gate) * up with GELU's tanh approximation,
+  // gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma).
+  virtual void geglu(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // x[r][i] += bias[i] for m rows of n values (projection biases).
+  virtual void add_bias(float* x, const float* bias, int64_t m, int64_t n) = 0;
+  // x *= s, elementwise.
+  virtual void scale(float* x, int64_t n, float s) = 0;
+  // x = cap * tanh(x / cap), elementwise (logit soft-capping).
+  virtual void softcap(float* x, int64_t n, float cap) = 0;
   // A pool of KV blocks in this backend's memory (kv/kv_format.h: the
   // layout and element formats every backend implements). The KV cache's
   // book-keeper calls it for its primary pool and its host tier.

@@ -26,7 +26,19 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   // Only the tokenizer of a vocabulary-only load is used, whatever the
   // architecture (gpt2, falcon, qwen2, ... vocabularies).
   if (opts.vocab_only) return create_llama_model(std::move(gguf), std::move(tok), true);
-  raise(Status::Unsupported, "model architecture '%s' is not supported (supported: llama)", arch.c_str());
+  if (arch == "qwen2") return create_qwen2_model(std::move(gguf), std::move(tok));
+  if (arch == "qwen3") return create_qwen3_model(std::move(gguf), std::move(tok));
+  if (arch == "phi3") return create_phi3_model(std::move(gguf), std::move(tok));
+  if (arch == "gemma") return create_gemma_model(std::move(gguf), std::move(tok));
+  if (arch == "gemma2") return create_gemma2_model(std::move(gguf), std::move(tok));
+  std::string names;
+  for (const std::string& a : supported_architectures()) names += (names.empty() ? "" : ", ") + a;
+  raise(Status::Unsupported, "model architecture '%s' is not supported (supported: %s)", arch.c_str(), names.c_str());
+}
+
+const std::vector<std::string>& supported_architectures() {
+  static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2"};
+  return kArchs;
 }
 
 KvLayout Model::kv_layout() const {

@@ -56,7 +56,26 @@ struct ModelConfig {
   float rope_pos_scale = 1.0f;  // linear rope scaling: positions are multiplied by this
   bool rope_neox = false;
   float rms_eps = 1e-5f;
-  int32_t sliding_window = 0;   // attend to the last N positions only (0: all)
+  // Every layer attends to the last N positions only (0: all); the engine
+  // releases KV blocks that fall out of it. Models whose layers differ
+  // (Gemma 2 alternates windowed and global layers) leave it 0 and say so in
+  // layer_window.
+  int32_t sliding_window = 0;
+  // ---- the particulars of an architecture ----
+  std::string rope_scaling = "none";  // none, linear, llama3, longrope
+  float rope_mscale = 1.0f;           // longrope attention factor (cos and sin scaled)
+  bool tied_embeddings = false;       // no output.weight: the embedding is the output head
+  bool attn_bias = false;             // Q/K/V projection biases (Qwen2)
+  bool qk_norm = false;               // per-head RMSNorm of Q and K before RoPE (Qwen3)
+  bool post_norms = false;            // RMSNorm after attention and after the FFN (Gemma 2)
+  std::string ffn_act = "silu";       // gating activation: silu (SwiGLU) or gelu (GELU tanh, Gemma)
+  float embed_scale = 1.0f;           // embeddings multiplied by this (Gemma: sqrt(n_embd))
+  float attn_scale = 0.0f;            // query scale of the scores (1/sqrt(head_dim) unless the architecture says)
+  float attn_softcap = 0.0f;          // attention scores soft-capped at this (0: none)
+  float final_softcap = 0.0f;         // logits soft-capped at this (0: none)
+  std::vector<int32_t> layer_window;  // each layer's window (0: all positions); n_layer values
+  int32_t n_expert = 0;               // mixture-of-experts FFN (Mixtral, model/moe.h): experts per layer (0: dense)
+  int32_t n_expert_used = 0;          // experts each token is routed to
 };
 
 struct LoadOptions {
@@ -70,6 +89,8 @@ struct Workspace {
   std::vector<float> x, xb, q, k, v, att, gate, up, rows, logits_tmp;
   std::vector<int32_t> ids;
   std::vector<const int32_t*> tables;  // each token's block table (AttnBatch::table)
+  std::vector<float> moe;              // the mixture-of-experts block's scratch (model/moe.h)
+  std::vector<int32_t> moe_ids;
 };
 
 class Model {
@@ -116,8 +137,15 @@ class Model {
   uint64_t n_params_ = 0, n_bytes_ = 0;
 };
 
-// Architecture factories (one file each).
+// Architecture factories (one file each, over lib/model/transformer.h).
 std::unique_ptr<Model> create_llama_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
                                           bool vocab_only);
+std::unique_ptr<Model> create_qwen2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<Model> create_qwen3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<Model> create_phi3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<Model> create_gemma_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
+// The architectures this build runs (general.architecture values).
+const std::vector<std::string>& supported_architectures();
 
 }  // namespace infer

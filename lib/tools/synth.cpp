@@ -18,12 +18,106 @@
 namespace infer {
 
 const std::vector<SynthPreset>& synth_presets() {
-  static const std::vector<SynthPreset> kPresets = {
-      {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f},
-      {"llama-2-7b", "llama", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f},
-      {"llama-3-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f},
-      {"tiny", "llama", 64, 2, 4, 2, 160, 512, 256, 10000.0f, 1e-5f},
-  };
+  static const std::vector<SynthPreset> kPresets = [] {
+    std::vector<SynthPreset> v = {
+        {"tinyllama-1.1b", "llama", 2048, 22, 32, 4, 5632, 32000, 2048, 10000.0f, 1e-5f},
+        {"llama-2-7b", "llama", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, 1e-5f},
+        {"llama-3-8b", "llama", 4096, 32, 32, 8, 14336, 128256, 8192, 500000.0f, 1e-5f},
+        {"tiny", "llama", 64, 2, 4, 2, 160, 512, 256, 10000.0f, 1e-5f},
+    };
+    auto add = [&](SynthPreset p, auto&& edit) {
+      edit(p);
+      v.push_back(p);
+    };
+    // Real shapes (the published config.json of each).
+    add({"llama-3.2-1b", "llama", 2048, 16, 32, 8, 8192, 128256, 131072, 500000.0f, 1e-5f}, [](SynthPreset& p) {
+      p.tied = true;
+      p.rope_scaling = "llama3";
+      p.rope_factor = 32.0f;
+      p.rope_orig_ctx = 8192;
+    });
+    add({"mistral-7b", "llama", 4096, 32, 32, 8, 14336, 32000, 32768, 10000.0f, 1e-5f},
+        [](SynthPreset& p) { p.sliding_window = 4096; });
+    add({"qwen2.5-0.5b", "qwen2", 896, 24, 14, 2, 4864, 151936, 32768, 1000000.0f, 1e-6f},
+        [](SynthPreset& p) { p.tied = true; });
+    add({"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 1000000.0f, 1e-6f}, [](SynthPreset& p) {
+      p.head_dim = 128;
+      p.tied = true;
+    });
+    add({"phi3-mini", "phi3", 3072, 32, 32, 32, 8192, 32064, 4096, 10000.0f, 1e-5f}, [](SynthPreset&) {});
+    add({"gemma-2b", "gemma", 2048, 18, 8, 1, 16384, 256000, 8192, 10000.0f, 1e-6f}, [](SynthPreset& p) {
+      p.head_dim = 256;
+      p.tied = true;
+    });
+    add({"gemma2-2b", "gemma2", 2304, 26, 8, 4, 9216, 256000, 8192, 10000.0f, 1e-6f}, [](SynthPreset& p) {
+      p.head_dim = 256;
+      p.tied = true;
+      p.sliding_window = 4096;
+      p.attn_softcap = 50.0f;
+      p.final_softcap = 30.0f;
+    });
+    // Mixtral's proportions (8 experts of 3.5 x dim, top-2, rope base 1e6) at a size
+    // this machine holds, and a dense model with as many parameters, all read per token.
+    add({"mixtral-mini", "llama", 1024, 8, 16, 4, 3584, 32000, 4096, 1000000.0f, 1e-5f}, [](SynthPreset& p) {
+      p.n_expert = 8;
+      p.n_expert_used = 2;
+    });
+    add({"mixtral-mini-dense", "llama", 1024, 8, 16, 4, 8 * 3584, 32000, 4096, 1000000.0f, 1e-5f},
+        [](SynthPreset&) {});
+    // Test shapes: every particular of each architecture switched on.
+    auto tiny = [](const char* name, const char* arch) {
+      SynthPreset p{name, arch, 64, 2, 4, 2, 160, 512, 256, 10000.0f, 1e-5f};
+      p.weight_std = 0.15f;
+      p.random_norms = true;
+      return p;
+    };
+    add(tiny("tiny-llama3", "llama"), [](SynthPreset& p) {
+      p.tied = true;
+      p.rope_base = 500000.0f;
+      p.rope_scaling = "llama3";
+      p.rope_factor = 8.0f;
+      p.rope_orig_ctx = 64;
+    });
+    add(tiny("tiny-mistral", "llama"), [](SynthPreset& p) {
+      p.sliding_window = 20;
+      p.n_layer = 3;
+    });
+    add(tiny("tiny-qwen2", "qwen2"), [](SynthPreset& p) {
+      p.rope_base = 1000000.0f;
+      p.rms_eps = 1e-6f;
+    });
+    add(tiny("tiny-qwen3", "qwen3"), [](SynthPreset& p) {
+      p.head_dim = 32;
+      p.tied = true;
+      p.rms_eps = 1e-6f;
+    });
+    add(tiny("tiny-phi3", "phi3"), [](SynthPreset& p) {
+      p.n_head_kv = 4;
+      p.rope_scaling = "longrope";
+      p.n_ctx = 512;
+      p.rope_orig_ctx = 64;
+    });
+    add(tiny("tiny-gemma", "gemma"), [](SynthPreset& p) {
+      p.head_dim = 32;
+      p.n_head_kv = 1;
+      p.tied = true;
+      p.rms_eps = 1e-6f;
+    });
+    add(tiny("tiny-gemma2", "gemma2"), [](SynthPreset& p) {
+      p.head_dim = 32;
+      p.n_layer = 3;
+      p.tied = true;
+      p.rms_eps = 1e-6f;
+      p.sliding_window = 20;
+      p.attn_softcap = 4.0f;
+      p.final_softcap = 6.0f;
+    });
+    add(tiny("mixtral-tiny", "llama"), [](SynthPreset& p) {
+      p.n_expert = 4;
+      p.n_expert_used = 2;
+    });
+    return v;
+  }();
   return kPresets;
 }
 
@@ -92,18 +186,43 @@ void synth_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<floa
 struct Tensor {
   std::string name;
   std::vector<int64_t> dims;
-  float stddev;  // 0: ones (norms)
+  float stddev;  // 0: every value `base` (norms: 1)
   DType type;
+  float base = 0.0f;         // added to every value (norms: 1)
+  std::vector<float> fixed;  // the values themselves (rope factors)
 };
 
 }  // namespace
+
+// Llama 3.x per-frequency divisors (what GGUF converters store as
+// rope_freqs.weight): 1 for high frequencies, `factor` for low ones, a
+// smooth blend between (low_freq_factor 1, high_freq_factor 4).
+static std::vector<float> llama3_rope_factors(int n_rot, float base, float factor, int orig_ctx) {
+  const double low = 1.0, high = 4.0, orig = orig_ctx;
+  std::vector<float> f(static_cast<size_t>(n_rot / 2));
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const double inv = 1.0 / std::pow(static_cast<double>(base), 2.0 * i / n_rot);
+    const double wavelen = 2.0 * M_PI / inv;
+    if (wavelen < orig / high) {
+      f[i] = 1.0f;
+    } else if (wavelen > orig / low) {
+      f[i] = factor;
+    } else {
+      const double smooth = (orig / wavelen - low) / (high - low);
+      f[i] = static_cast<float>(1.0 / ((1.0 - smooth) / factor + smooth));
+    }
+  }
+  return f;
+}
 
 uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const SynthOptions& o) {
   if (o.type != DType::W8A8 && !can_quantize(o.type))
     raise(Status::InvalidArgument, "synth: cannot write weights as %s", dtype_name(o.type));
   const std::string a = p.arch;
-  const int head_dim = p.n_embd / p.n_head;
+  const int head_dim = p.head_dim > 0 ? p.head_dim : p.n_embd / p.n_head;
+  const int64_t q_dim = static_cast<int64_t>(p.n_head) * head_dim;
   const int64_t kv_dim = static_cast<int64_t>(p.n_head_kv) * head_dim;
+  const std::string scaling = p.rope_scaling;
   GgufStreamWriter w(path);
   w.set("general.architecture", GgufValue::make_string(a));
   w.set("general.name", GgufValue::make_string(std::string("synthetic ") + p.name));
@@ -113,9 +232,31 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
   w.set(a + ".block_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_layer)));
   w.set(a + ".attention.head_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_head)));
   w.set(a + ".attention.head_count_kv", GgufValue::make_u32(static_cast<uint32_t>(p.n_head_kv)));
+  if (p.head_dim > 0) {
+    w.set(a + ".attention.key_length", GgufValue::make_u32(static_cast<uint32_t>(head_dim)));
+    w.set(a + ".attention.value_length", GgufValue::make_u32(static_cast<uint32_t>(head_dim)));
+  }
   w.set(a + ".rope.dimension_count", GgufValue::make_u32(static_cast<uint32_t>(head_dim)));
   w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::make_f32(p.rms_eps));
   w.set(a + ".rope.freq_base", GgufValue::make_f32(p.rope_base));
+  if (p.sliding_window > 0)
+    w.set(a + ".attention.sliding_window", GgufValue::make_u32(static_cast<uint32_t>(p.sliding_window)));
+  if (p.attn_softcap > 0) w.set(a + ".attn_logit_softcapping", GgufValue::make_f32(p.attn_softcap));
+  if (p.final_softcap > 0) w.set(a + ".final_logit_softcapping", GgufValue::make_f32(p.final_softcap));
+  if (scaling == "linear" || scaling == "llama3") {
+    w.set(a + ".rope.scaling.type", GgufValue::make_string(scaling));
+    w.set(a + ".rope.scaling.factor", GgufValue::make_f32(p.rope_factor));
+  }
+  if (scaling == "llama3") {
+    w.set(a + ".rope.scaling.low_freq_factor", GgufValue::make_f32(1.0f));
+    w.set(a + ".rope.scaling.high_freq_factor", GgufValue::make_f32(4.0f));
+  }
+  if (scaling == "llama3" || scaling == "longrope")
+    w.set(a + ".rope.scaling.original_context_length", GgufValue::make_u32(static_cast<uint32_t>(p.rope_orig_ctx)));
+  if (p.n_expert > 0) {
+    w.set(a + ".expert_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_expert)));
+    w.set(a + ".expert_used_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_expert_used)));
+  }
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> types;
@@ -129,26 +270,81 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
   w.set("tokenizer.ggml.unknown_token_id", GgufValue::make_u32(0));
   write_quant_metadata(w, o.type, QuantMethod::Rtn);
 
-  const float s_in = 0.02f, s_out = 0.02f / std::sqrt(2.0f * static_cast<float>(p.n_layer));
+  const float s_in = p.weight_std, s_out = p.weight_std / std::sqrt(2.0f * static_cast<float>(p.n_layer));
+  const float s_norm = p.random_norms ? 0.2f / std::sqrt(3.0f) : 0.0f;  // 1 + U(-0.2, 0.2)
+  const float s_bias = p.random_norms ? 0.1f : 0.0f;
   std::vector<Tensor> ts;
-  ts.push_back({"token_embd.weight", {p.n_embd, p.n_vocab}, s_in, DType::F32});
-  ts.push_back({"output_norm.weight", {p.n_embd}, 0, DType::F32});
-  ts.push_back({"output.weight", {p.n_embd, p.n_vocab}, s_in, DType::F32});
+  auto matrix = [&](const std::string& n, int64_t in, int64_t out, float sd) { ts.push_back({n, {in, out}, sd, DType::F32}); };
+  auto norm = [&](const std::string& n, int64_t len) { ts.push_back({n, {len}, s_norm, DType::F32, 1.0f}); };
+  matrix("token_embd.weight", p.n_embd, p.n_vocab, s_in);
+  norm("output_norm.weight", p.n_embd);
+  if (!p.tied) matrix("output.weight", p.n_embd, p.n_vocab, s_in);
+  if (scaling == "llama3") {
+    Tensor t{"rope_freqs.weight", {head_dim / 2}, 0, DType::F32};
+    t.fixed = llama3_rope_factors(head_dim, p.rope_base, p.rope_factor, p.rope_orig_ctx);
+    ts.push_back(t);
+  }
+  if (scaling == "longrope") {  // factors in [1, 1.5] (short) and [1, 8] (long), rising with the wavelength
+    for (const char* which : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+      Tensor t{which, {head_dim / 2}, 0, DType::F32};
+      const float top = which[13] == 'l' ? 8.0f : 1.5f;
+      for (int i = 0; i < head_dim / 2; ++i) t.fixed.push_back(1.0f + (top - 1.0f) * i / std::max(1, head_dim / 2 - 1));
+      ts.push_back(t);
+    }
+  }
+  const bool fused = a == "phi3", bias = a == "qwen2", qk_norm = a == "qwen3", post = a == "gemma2";
   for (int l = 0; l < p.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    ts.push_back({b + "attn_norm.weight", {p.n_embd}, 0, DType::F32});
-    ts.push_back({b + "attn_q.weight", {p.n_embd, p.n_embd}, s_in, DType::F32});
-    ts.push_back({b + "attn_k.weight", {p.n_embd, kv_dim}, s_in, DType::F32});
-    ts.push_back({b + "attn_v.weight", {p.n_embd, kv_dim}, s_in, DType::F32});
-    ts.push_back({b + "attn_output.weight", {p.n_embd, p.n_embd}, s_out, DType::F32});
-    ts.push_back({b + "ffn_norm.weight", {p.n_embd}, 0, DType::F32});
-    ts.push_back({b + "ffn_gate.weight", {p.n_embd, p.n_ff}, s_in, DType::F32});
-    ts.push_back({b + "ffn_up.weight", {p.n_embd, p.n_ff}, s_in, DType::F32});
-    ts.push_back({b + "ffn_down.weight", {p.n_ff, p.n_embd}, s_out, DType::F32});
+    norm(b + "attn_norm.weight", p.n_embd);
+    if (fused) {
+      matrix(b + "attn_qkv.weight", p.n_embd, q_dim + 2 * kv_dim, s_in);
+    } else {
+      matrix(b + "attn_q.weight", p.n_embd, q_dim, s_in);
+      matrix(b + "attn_k.weight", p.n_embd, kv_dim, s_in);
+      matrix(b + "attn_v.weight", p.n_embd, kv_dim, s_in);
+    }
+    if (bias) {
+      ts.push_back({b + "attn_q.bias", {q_dim}, s_bias, DType::F32});
+      ts.push_back({b + "attn_k.bias", {kv_dim}, s_bias, DType::F32});
+      ts.push_back({b + "attn_v.bias", {kv_dim}, s_bias, DType::F32});
+    }
+    if (qk_norm) {
+      norm(b + "attn_q_norm.weight", head_dim);
+      norm(b + "attn_k_norm.weight", head_dim);
+    }
+    matrix(b + "attn_output.weight", q_dim, p.n_embd, s_out);
+    if (post) norm(b + "post_attention_norm.weight", p.n_embd);
+    norm(b + "ffn_norm.weight", p.n_embd);
+    if (p.n_expert > 0) {
+      // Mixtral's layout (synth.h); expert e is rows [e * n_ff, (e + 1) * n_ff).
+      const int64_t E = p.n_expert;
+      matrix(b + "ffn_gate_inp.weight", p.n_embd, E, s_in);
+      ts.push_back({b + "ffn_gate_exps.weight", {p.n_embd, p.n_ff, E}, s_in, DType::F32});
+      ts.push_back({b + "ffn_up_exps.weight", {p.n_embd, p.n_ff, E}, s_in, DType::F32});
+      ts.push_back({b + "ffn_down_exps.weight", {p.n_ff, p.n_embd, E}, s_out, DType::F32});
+      continue;
+    }
+    if (fused) {
+      matrix(b + "ffn_up.weight", p.n_embd, 2 * static_cast<int64_t>(p.n_ff), s_in);
+    } else {
+      matrix(b + "ffn_gate.weight", p.n_embd, p.n_ff, s_in);
+      matrix(b + "ffn_up.weight", p.n_embd, p.n_ff, s_in);
+    }
+    matrix(b + "ffn_down.weight", p.n_ff, p.n_embd, s_out);
+    if (post) norm(b + "post_ffw_norm.weight", p.n_embd);
   }
+  // Rows of a tensor: the product of its dims after the first.
+  auto n_rows = [](const Tensor& t) {
+    int64_t r = 1;
+    for (size_t i = 1; i < t.dims.size(); ++i) r *= t.dims[i];
+    return r;
+  };
   bool noted = false;
   for (Tensor& t : ts) {
-    if (is_quantizable(t.name, t.dims)) {
+    // Experts are matrices stacked along a third dim; the router stays F32.
+    const bool experts = t.dims.size() == 3;
+    const bool router = t.name.find("ffn_gate_inp") != std::string::npos;
+    if (experts || (!router && is_quantizable(t.name, t.dims))) {
       bool fb = false;
       t.type = tensor_type(o.type, t.dims[0], &fb);
       if (fb && o.note && !noted) {
@@ -163,11 +359,11 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
 
   ThreadPool pool(o.n_threads);
   uint64_t total = 0, done = 0;
-  for (const Tensor& t : ts) total += static_cast<uint64_t>(t.dims[0]) * (t.dims.size() > 1 ? t.dims[1] : 1);
+  for (const Tensor& t : ts) total += static_cast<uint64_t>(t.dims[0]) * n_rows(t);
   std::vector<float> buf, scales;
   for (size_t ti = 0; ti < ts.size(); ++ti) {
     const Tensor& t = ts[ti];
-    const int64_t n = t.dims[0], rows = t.dims.size() > 1 ? t.dims[1] : 1;
+    const int64_t n = t.dims[0], rows = n_rows(t);
     if (o.progress) o.progress(static_cast<double>(done) / static_cast<double>(total), t.name);
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(32) << 20) / (4 * n)));
     if (t.type == DType::W8A8) scales.resize(static_cast<size_t>(rows));
@@ -177,10 +373,13 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
       pool.run([&](int tid, int nth) {
         for (int64_t r = r0 + (r1 - r0) * tid / nth; r < r0 + (r1 - r0) * (tid + 1) / nth; ++r) {
           float* row = buf.data() + (r - r0) * n;
-          if (t.stddev == 0) {
-            std::fill(row, row + n, 1.0f);
+          if (!t.fixed.empty()) {
+            std::copy(t.fixed.begin(), t.fixed.end(), row);
+          } else if (t.stddev == 0) {
+            std::fill(row, row + n, t.base);
           } else {
             random_row(o.seed, ti, static_cast<uint64_t>(r), t.stddev, row, n);
+            for (int64_t i = 0; i < n; ++i) row[i] += t.base;
           }
         }
       });

@@ -3,18 +3,42 @@
 //
 // Presets (shapes from the published configs); every one is an architecture
 // this build runs, so each written file loads (a preset for a new
-// architecture comes with that architecture):
-//   tinyllama-1.1b  llama  dim 2048, 22 layers, 32 heads, 4 kv heads, ffn 5632, vocab 32000
-//   llama-2-7b      llama  dim 4096, 32 layers, 32 heads, 32 kv heads, ffn 11008, vocab 32000
-//   llama-3-8b      llama  dim 4096, 32 layers, 32 heads, 8 kv heads, ffn 14336, vocab 128256, rope base 500000
-//   tiny            llama  dim 64, 2 layers, 4 heads, 2 kv heads, ffn 160, vocab 512 (tests)
+// architecture comes with that architecture). Real shapes, for benchmarks:
+//   tinyllama-1.1b  llama   dim 2048, 22 layers, 32 heads, 4 kv heads, ffn 5632, vocab 32000
+//   llama-2-7b      llama   dim 4096, 32 layers, 32 heads, 32 kv heads, ffn 11008, vocab 32000
+//   llama-3-8b      llama   dim 4096, 32 layers, 32 heads, 8 kv heads, ffn 14336, vocab 128256, rope base 500000
+//   llama-3.2-1b    llama   dim 2048, 16 layers, 32/8 heads, ffn 8192, vocab 128256, llama3 rope x32, tied
+//   mistral-7b      llama   dim 4096, 32 layers, 32/8 heads, ffn 14336, vocab 32000, sliding window 4096
+//   qwen2.5-0.5b    qwen2   dim 896, 24 layers, 14/2 heads, ffn 4864, vocab 151936, QKV bias, tied
+//   qwen3-0.6b      qwen3   dim 1024, 28 layers, 16/8 heads of 128, ffn 3072, vocab 151936, q/k norm, tied
+//   phi3-mini       phi3    dim 3072, 32 layers, 32/32 heads, ffn 8192, vocab 32064, fused qkv and gate+up
+//   gemma-2b        gemma   dim 2048, 18 layers, 8/1 heads of 256, ffn 16384, vocab 256000, tied
+//   gemma2-2b       gemma2  dim 2304, 26 layers, 8/4 heads of 256, ffn 9216, vocab 256000, window 4096, soft-caps
+//   mixtral-mini    llama   dim 1024, 8 layers, 16/4 heads, 8 experts of ffn 3584, top-2, vocab 32000,
+//                           rope base 1e6: Mixtral's proportions at a size this machine holds (MoE benchmarks)
+//   mixtral-mini-dense llama  mixtral-mini with one dense FFN of 8 x 3584: as many parameters, all read per token
+// Small shapes, for tests (tests/ref/arch_ref.py checks our logits on them):
+//   tiny            llama   dim 64, 2 layers, 4 heads, 2 kv heads, ffn 160, vocab 512
+//   tiny-llama3, tiny-mistral, tiny-qwen2, tiny-qwen3, tiny-phi3, tiny-gemma, tiny-gemma2: each
+//   architecture with every particular switched on (llama3 rope, window 20, biases, q/k norm with
+//   heads of 32, long-rope factors, MQA, alternating windows and soft-caps small enough to bite).
+//   mixtral-tiny    llama   tiny's shape (test std and norms) with a mixture of 4 experts of ffn 160, top-2
+//                           (tests/ref/moe_ref.py checks our logits on it)
+//
+// Mixture-of-experts presets (n_expert > 0) write Mixtral's GGUF layout: the
+// router blk.N.ffn_gate_inp.weight [n_embd, E], kept F32 as the quantizers of
+// published files leave it, and 3-D experts blk.N.ffn_{gate,up}_exps.weight
+// [n_embd, n_ff, E] and ffn_down_exps.weight [n_ff, n_embd, E] in the weight type.
 //
 // Weights are uniform random with std 0.02 (projections into the residual
 // stream scaled by 1/sqrt(2 * layers), norms 1), so activations stay finite
-// through every layer. The vocabulary is SentencePiece-style with byte
-// fallback (<unk>, <s>, </s>, the 256 byte tokens, then letter strings), so
-// any text tokenizes. Generation streams tensor by tensor (a few rows at a
-// time), so a 7B/8B file never needs its size in memory.
+// through every layer. The tiny-ARCH presets use a larger std (weight_std)
+// so that logits spread and greedy choices are clear, and random norms,
+// biases and rope factors (random_norms), so that each one matters. The
+// vocabulary is SentencePiece-style with byte fallback (<unk>, <s>, </s>,
+// the 256 byte tokens, then letter strings), so any text tokenizes.
+// Generation streams tensor by tensor (a few rows at a time), so a 7B/8B
+// file never needs its size in memory.
 #pragma once
 
 #include <functional>
@@ -30,6 +54,16 @@ struct SynthPreset {
   const char* arch;
   int n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
   float rope_base, rms_eps;
+  int head_dim = 0;            // 0: n_embd / n_head
+  int sliding_window = 0;      // llama: every layer; gemma2: even layers
+  bool tied = false;           // no output.weight
+  const char* rope_scaling = "";  // "", "linear", "llama3" (rope_freqs.weight too), "longrope"
+  float rope_factor = 1.0f;    // linear / llama3 factor
+  int rope_orig_ctx = 0;       // llama3 / longrope original context length
+  float attn_softcap = 0.0f, final_softcap = 0.0f;  // gemma2
+  float weight_std = 0.02f;
+  bool random_norms = false;   // norms 1 + U(+-0.2), biases and rope factors random
+  int n_expert = 0, n_expert_used = 0;  // mixture of experts (llama: Mixtral's layout); 0: a dense FFN
 };
 
 const std::vector<SynthPreset>& synth_presets();

@@ -1,0 +1,92 @@
+// The `gemma2` architecture (Gemma 2): Gemma's layer with norms after the
+// attention and the FFN too, soft-capped attention scores and logits,
+// sliding-window attention on every other layer (even layers: the last
+// sliding_window positions; odd layers: all), and its own query scale.
+//
+//   x = embed(tokens) * sqrt(n_embd)
+//   for each layer l:
+//     h = rmsnorm(x) ; q, k, v = h·Wq, h·Wk, h·Wv ; rope_neox(q, k)
+//     s = softcap(q·K / sqrt(query_pre_attn_scalar), attn_logit_softcapping)  (window when l is even)
+//     x += rmsnorm_post_attn(softmax(s) V · Wo)
+//     h = rmsnorm(x) ; x += rmsnorm_post_ffw((gelu_tanh(h·Wgate) * (h·Wup)) · Wdown)
+//   logits = softcap(rmsnorm(x) · Wembed, final_logit_softcapping)
+//
+// softcap(s, c) = c * tanh(s / c). Norm tensors hold 1 + w (see gemma.cpp).
+// The query scale: GGUF has no key for Hugging Face's query_pre_attn_scalar;
+// it is head_dim for Gemma 2 2B and 9B and n_embd / n_head for 27B (46
+// layers), as llama.cpp decides it; a file may give it as
+// gemma2.attention.query_pre_attn_scalar. Since layers differ, the engine
+// keeps every KV block (config.sliding_window stays 0).
+#include <cmath>
+
+#include "core/error.h"
+#include "model/transformer.h"
+
+namespace infer {
+
+namespace {
+
+class Gemma2Model final : public Transformer {
+ public:
+  Gemma2Model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok)
+      : Transformer(std::move(gguf), std::move(tok), false) {
+    read_shape();
+    ModelConfig& c = config_;
+    c.ffn_act = "gelu";
+    c.post_norms = true;
+    c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
+    c.attn_softcap = get_float("attn_logit_softcapping", 50.0);
+    c.final_softcap = get_float("final_logit_softcapping", 30.0);
+    const double qpas = gguf_->get_float(key("attention.query_pre_attn_scalar"))
+                            .value_or(c.n_layer == 46 ? static_cast<double>(c.n_embd) / c.n_head : c.head_dim);
+    if (!(qpas > 0) || !std::isfinite(qpas)) raise(Status::Format, "query_pre_attn_scalar %g is not positive", qpas);
+    c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
+    const int32_t window = c.sliding_window > 0 ? c.sliding_window : 4096;
+    c.sliding_window = 0;  // not every layer: the engine keeps all blocks
+    c.layer_window.resize(c.n_layer);
+    for (int l = 0; l < c.n_layer; ++l) c.layer_window[l] = l % 2 == 0 ? window : 0;
+    setup_rope(/*neox=*/true);
+    finish_config();
+    bind_embeddings();
+    layers_.resize(c.n_layer);
+    for (int l = 0; l < c.n_layer; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      LayerWeights& L = layers_[l];
+      L.attn_norm = vector_f32(p + "attn_norm.weight", c.n_embd);
+      L.post_attn_norm = vector_f32(p + "post_attention_norm.weight", c.n_embd);
+      L.ffn_norm = vector_f32(p + "ffn_norm.weight", c.n_embd);
+      L.post_ffn_norm = vector_f32(p + "post_ffw_norm.weight", c.n_embd);
+      bind_attention(p, L.attn, /*biases=*/false, /*qk_norm=*/false);
+      L.attn.window = c.layer_window[l];
+      bind_ffn(p, L.ffn);
+    }
+  }
+
+  void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
+               const uint8_t* skip) const override {
+    Pass p = begin(batch, kv, be, ws);  // embeddings scaled by embed_scale
+    if (p.m == 0) return;
+    const int64_t n = p.m * config_.n_embd;
+    for (int l = 0; l < config_.n_layer; ++l) {
+      if (skip && skip[l]) continue;
+      const LayerWeights& L = layers_[l];
+      norm(p, L.attn_norm, p.x, p.xb);
+      attention(p, l, L.attn, p.xb, p.xb);  // window and soft-cap: config
+      norm(p, L.post_attn_norm, p.xb, p.xb);
+      be.add(p.x, p.xb, n);
+      norm(p, L.ffn_norm, p.x, p.xb);
+      gated_ffn(p, L.ffn, p.xb, p.xb);
+      norm(p, L.post_ffn_norm, p.xb, p.xb);
+      be.add(p.x, p.xb, n);
+    }
+    output(p, logits);  // final soft-cap: config
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
+  return std::make_unique<Gemma2Model>(std::move(gguf), std::move(tok));
+}
+
+}  // namespace infer

@@ -1,0 +1,371 @@
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "quant/dequant.h"
+
+namespace infer {
+
+namespace {
+
+template <typename T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+std::string shape_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Transformer::Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only) {
+  gguf_ = std::move(gguf);
+  tokenizer_ = std::move(tok);
+  vocab_only_ = vocab_only;
+  config_.arch = gguf_->get_string("general.architecture").value_or("llama");
+  config_.name = gguf_->get_string("general.name").value_or("");
+  config_.n_vocab = tokenizer_->n_vocab();
+  for (const auto& t : gguf_->tensors()) {
+    n_params_ += static_cast<uint64_t>(t.n_elements());
+    n_bytes_ += t.nbytes;
+  }
+}
+
+int32_t Transformer::get_dim(const char* suffix, int64_t fallback) const {
+  std::optional<int64_t> v = gguf_->get_int(key(suffix));
+  const int64_t x = v ? *v : fallback;
+  if (x <= 0 || x > (1 << 24)) raise(Status::Format, "%s = %lld is out of range", key(suffix).c_str(), (long long)x);
+  return static_cast<int32_t>(x);
+}
+
+float Transformer::get_float(const char* suffix, double fallback) const {
+  const double v = gguf_->get_float(key(suffix)).value_or(fallback);
+  if (!std::isfinite(v)) raise(Status::Format, "%s is not finite", key(suffix).c_str());
+  return static_cast<float>(v);
+}
+
+void Transformer::read_shape() {
+  ModelConfig& c = config_;
+  c.n_embd = get_dim("embedding_length", 0);
+  c.n_layer = get_dim("block_count", 0);
+  c.n_head = get_dim("attention.head_count", 0);
+  c.n_head_kv = get_dim("attention.head_count_kv", c.n_head);
+  c.n_ff = get_dim("feed_forward_length", 0);
+  c.n_ctx_train = get_dim("context_length", 2048);
+  c.head_dim = get_dim("attention.key_length", c.n_embd / c.n_head);
+  if (gguf_->find(key("attention.value_length")) && get_dim("attention.value_length", c.head_dim) != c.head_dim)
+    raise(Status::Unsupported, "%s differs from the key length %d", key("attention.value_length").c_str(),
+          c.head_dim);
+  c.n_rot = get_dim("rope.dimension_count", c.head_dim);
+  if (c.n_head % c.n_head_kv != 0)
+    raise(Status::Format, "head_count %d is not a multiple of head_count_kv %d", c.n_head, c.n_head_kv);
+  if (c.n_rot > c.head_dim || c.n_rot % 2 != 0)
+    raise(Status::Format, "rope.dimension_count %d does not fit head size %d", c.n_rot, c.head_dim);
+  c.rms_eps = static_cast<float>(gguf_->get_float(key("attention.layer_norm_rms_epsilon")).value_or(1e-5));
+  c.rope_freq_base = static_cast<float>(gguf_->get_float(key("rope.freq_base")).value_or(10000.0));
+  if (!(c.rms_eps > 0.0f) || !(c.rope_freq_base > 0.0f) || !std::isfinite(c.rope_freq_base))
+    raise(Status::Format, "rms epsilon or rope frequency base out of range");
+  // Mistral-style sliding-window attention, when the file declares it.
+  if (gguf_->find(key("attention.sliding_window"))) c.sliding_window = get_dim("attention.sliding_window", 0);
+}
+
+void Transformer::setup_rope(bool neox) {
+  ModelConfig& c = config_;
+  // infer.rope.neox: Q/K rows in the other pair layout than the
+  // architecture's (set by the HF-directory loader for llama checkpoints,
+  // whose Q/K rows are in rotate-half order).
+  c.rope_neox = gguf_->get_bool("infer.rope.neox").value_or(neox);
+
+  // Rotary inverse frequencies: theta_i = pos / base^(2i / n_rot), computed
+  // in float like the reference implementations.
+  const int half = c.n_rot / 2;
+  inv_freq_.resize(half);
+  for (int i = 0; i < half; ++i)
+    inv_freq_[i] = 1.0f / std::pow(c.rope_freq_base, static_cast<float>(2 * i) / static_cast<float>(c.n_rot));
+
+  // Rope scaling. "linear": positions divided by the factor. Llama 3.1+:
+  // per-frequency divisors, stored as the rope_freqs.weight tensor (what
+  // GGUF converters write; it wins when present) or derived from the llama3
+  // parameters in the metadata. Phi-3 "longrope": per-frequency factors in
+  // rope_factors_long/short.weight and an attention factor.
+  const std::string type = gguf_->get_string(key("rope.scaling.type")).value_or("none");
+  const double factor = gguf_->get_float(key("rope.scaling.factor")).value_or(1.0);
+  const bool freqs_tensor = gguf_->find_tensor("rope_freqs.weight") != nullptr;
+  if ((type == "linear" || type == "llama3") && !(factor > 0 && std::isfinite(factor)))
+    raise(Status::Format, "rope.scaling.factor is %g: '%s' rope scaling needs a positive factor", factor, type.c_str());
+  if (type == "linear") {
+    c.rope_pos_scale = static_cast<float>(1.0 / factor);
+    c.rope_scaling = "linear";
+  } else if (type == "llama3" && !freqs_tensor) {
+    const double low = gguf_->get_float(key("rope.scaling.low_freq_factor")).value_or(1.0);
+    const double high = gguf_->get_float(key("rope.scaling.high_freq_factor")).value_or(4.0);
+    const double orig = static_cast<double>(gguf_->get_int(key("rope.scaling.original_context_length")).value_or(8192));
+    if (!(low > 0) || !(high > 0) || !(orig > 0))
+      raise(Status::Format, "llama3 rope scaling needs positive frequency factors and original context length");
+    const double low_wavelen = orig / low, high_wavelen = orig / high;
+    for (int i = 0; i < half; ++i) {
+      const double wavelen = 2.0 * M_PI / inv_freq_[i];
+      if (wavelen > low_wavelen) {
+        inv_freq_[i] = static_cast<float>(inv_freq_[i] / factor);
+      } else if (wavelen >= high_wavelen && high != low) {
+        const double smooth = (orig / wavelen - low) / (high - low);
+        inv_freq_[i] = static_cast<float>((1.0 - smooth) * inv_freq_[i] / factor + smooth * inv_freq_[i]);
+      }
+    }
+    c.rope_scaling = "llama3";
+  } else if (type != "none" && type != "" && type != "llama3" && type != "longrope" && type != "su") {
+    raise(Status::Unsupported, "rope scaling type '%s' is not supported", type.c_str());
+  }
+  if (freqs_tensor) {
+    std::vector<float> f = vector_f32("rope_freqs.weight", half);
+    for (int i = 0; i < half; ++i) {
+      if (!(f[i] > 0.0f) || !std::isfinite(f[i])) raise(Status::Format, "rope_freqs.weight[%d] is not positive", i);
+      inv_freq_[i] /= f[i];
+    }
+    c.rope_scaling = "llama3";
+  }
+  // Long-rope factors (Phi-3 128k): the long factors when the model's
+  // context is longer than its original one (what llama.cpp does at the
+  // trained context; Hugging Face switches by the sequence length), with the
+  // attention factor sqrt(1 + ln(ctx / orig) / ln(orig)) unless the file
+  // gives rope.scaling.attn_factor.
+  const bool has_long = gguf_->find_tensor("rope_factors_long.weight") != nullptr;
+  const bool has_short = gguf_->find_tensor("rope_factors_short.weight") != nullptr;
+  if (has_long || has_short) {
+    if (!has_long || !has_short)
+      raise(Status::Format, "long-rope scaling needs both rope_factors_long.weight and rope_factors_short.weight");
+    const int64_t orig = gguf_->get_int(key("rope.scaling.original_context_length")).value_or(c.n_ctx_train);
+    if (orig <= 0) raise(Status::Format, "%s is not positive", key("rope.scaling.original_context_length").c_str());
+    const bool use_long = c.n_ctx_train > orig;
+    std::vector<float> f = vector_f32(use_long ? "rope_factors_long.weight" : "rope_factors_short.weight", half);
+    for (int i = 0; i < half; ++i) {
+      if (!(f[i] > 0.0f) || !std::isfinite(f[i])) raise(Status::Format, "rope factor %d is not positive", i);
+      inv_freq_[i] /= f[i];
+    }
+    const double scale = static_cast<double>(c.n_ctx_train) / static_cast<double>(orig);
+    double mscale = scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(orig))) : 1.0;
+    if (gguf_->find(key("rope.scaling.attn_factor"))) mscale = get_float("rope.scaling.attn_factor", 1.0);
+    if (!(mscale > 0)) raise(Status::Format, "%s is not positive", key("rope.scaling.attn_factor").c_str());
+    c.rope_mscale = static_cast<float>(mscale);
+    c.rope_scaling = use_long ? "longrope (long factors)" : "longrope (short factors)";
+  }
+}
+
+void Transformer::finish_config() {
+  ModelConfig& c = config_;
+  if (c.layer_window.empty()) c.layer_window.assign(static_cast<size_t>(c.n_layer), c.sliding_window);
+  if (c.layer_window.size() != static_cast<size_t>(c.n_layer))
+    raise(Status::Internal, "layer_window has %zu values for %d layers", c.layer_window.size(), c.n_layer);
+  attn_scale_ = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0) || !std::isfinite(c.attn_softcap) ||
+      !std::isfinite(c.final_softcap))
+    raise(Status::Format, "soft-capping values must be positive");
+}
+
+WeightView Transformer::weight(const std::string& name, int64_t n_in, int64_t n_out, bool required) const {
+  const GgufTensorInfo* t = gguf_->find_tensor(name);
+  if (!t) {
+    if (required) raise(Status::Format, "tensor '%s' is missing", name.c_str());
+    return WeightView{};
+  }
+  if (t->dims.size() != 2 || t->dims[0] != n_in || t->dims[1] != n_out)
+    raise(Status::Format, "tensor '%s' has shape %s, expected [%lld, %lld]", name.c_str(), shape_text(t->dims).c_str(),
+          (long long)n_in, (long long)n_out);
+  if (!dtype_can_dequantize(t->type) && t->type != DType::W8A8)
+    raise(Status::Unsupported, "tensor '%s' has type %s, which this build cannot compute with", name.c_str(),
+          dtype_name(t->type));
+  WeightView w;
+  w.type = t->type;
+  w.n_in = n_in;
+  w.n_out = n_out;
+  w.data = gguf_->tensor_data(*t);
+  w.row_bytes = dtype_row_bytes(t->type, n_in);
+  if (t->type == DType::W8A8) {
+    // Per-row scales live in the companion tensor "<name>.scale" (core/dtype.h).
+    const GgufTensorInfo* s = gguf_->find_tensor(name + ".scale");
+    if (!s || s->type != DType::F32 || s->n_elements() != n_out)
+      raise(Status::Format, "w8a8 tensor '%s' needs its scales '%s.scale' (f32, %lld values)", name.c_str(),
+            name.c_str(), (long long)n_out);
+    w.scale = reinterpret_cast<const float*>(gguf_->tensor_data(*s));
+  }
+  w.cache = &caches_.emplace_back();  // repacked copies a backend makes live with the model
+  return w;
+}
+
+WeightView Transformer::rows(const WeightView& w, int64_t first, int64_t n) const {
+  if (first < 0 || n <= 0 || first + n > w.n_out) raise(Status::Internal, "rows [%lld, +%lld) of a %lld-row matrix",
+                                                        (long long)first, (long long)n, (long long)w.n_out);
+  WeightView r = w;
+  r.n_out = n;
+  r.data = w.row(first);
+  if (w.scale) r.scale = w.scale + first;
+  r.cache = &caches_.emplace_back();
+  return r;
+}
+
+std::vector<float> Transformer::vector_f32(const std::string& name, int64_t n, bool required) const {
+  const GgufTensorInfo* t = gguf_->find_tensor(name);
+  if (!t) {
+    if (required) raise(Status::Format, "tensor '%s' is missing", name.c_str());
+    return {};
+  }
+  if (t->n_elements() != n) raise(Status::Format, "tensor '%s' has %lld values, expected %lld", name.c_str(),
+                                  (long long)t->n_elements(), (long long)n);
+  if (!dtype_can_dequantize(t->type) || !dtype_row_ok(t->type, n))
+    raise(Status::Unsupported, "tensor '%s' has type %s, which this build cannot read", name.c_str(), dtype_name(t->type));
+  std::vector<float> out(static_cast<size_t>(n));
+  dequantize_row(t->type, gguf_->tensor_data(*t), out.data(), n);
+  return out;
+}
+
+void Transformer::bind_embeddings() {
+  const ModelConfig& c = config_;
+  if (c.n_embd == 0) raise(Status::Format, "model has no %s", key("embedding_length").c_str());
+  tok_embd_ = weight("token_embd.weight", c.n_embd, c.n_vocab);
+  output_norm_ = vector_f32("output_norm.weight", c.n_embd);
+  output_ = weight("output.weight", c.n_embd, c.n_vocab, /*required=*/false);
+  config_.tied_embeddings = !output_.data;
+  if (!output_.data) output_ = tok_embd_;  // tied embeddings
+}
+
+void Transformer::bind_attention(const std::string& p, AttnWeights& a, bool biases, bool qk_norm) {
+  const ModelConfig& c = config_;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  a.wq = weight(p + "attn_q.weight", c.n_embd, q_dim);
+  a.wk = weight(p + "attn_k.weight", c.n_embd, kv_dim);
+  a.wv = weight(p + "attn_v.weight", c.n_embd, kv_dim);
+  a.wo = weight(p + "attn_output.weight", q_dim, c.n_embd);
+  if (biases) {
+    a.bq = vector_f32(p + "attn_q.bias", q_dim);
+    a.bk = vector_f32(p + "attn_k.bias", kv_dim);
+    a.bv = vector_f32(p + "attn_v.bias", kv_dim);
+  }
+  if (qk_norm) {
+    a.q_norm = vector_f32(p + "attn_q_norm.weight", c.head_dim);
+    a.k_norm = vector_f32(p + "attn_k_norm.weight", c.head_dim);
+  }
+}
+
+void Transformer::bind_ffn(const std::string& p, FfnWeights& f) {
+  const ModelConfig& c = config_;
+  f.gate = weight(p + "ffn_gate.weight", c.n_embd, c.n_ff);
+  f.up = weight(p + "ffn_up.weight", c.n_embd, c.n_ff);
+  f.down = weight(p + "ffn_down.weight", c.n_ff, c.n_embd);
+}
+
+void Transformer::for_each_weight(const std::function<void(const WeightView&)>& fn) const {
+  for (const LayerWeights& l : layers_)
+    for (const WeightView* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
+      if (w->data) fn(*w);
+  if (output_.data) fn(output_);
+}
+
+void Transformer::reserve_workspace(Workspace& ws, int64_t m) const {
+  if (vocab_only_ || m <= 0) return;
+  const ModelConfig& c = config_;
+  const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  grow(ws.x, m * d);
+  grow(ws.xb, m * std::max(d, q_dim));
+  grow(ws.q, m * q_dim);
+  grow(ws.k, m * kv_dim);
+  grow(ws.v, m * kv_dim);
+  grow(ws.att, m * q_dim);
+  grow(ws.gate, m * c.n_ff);
+  grow(ws.up, m * c.n_ff);
+  grow(ws.tables, m);
+}
+
+Pass Transformer::begin(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws) const {
+  if (vocab_only_) raise(Status::InvalidArgument, "model was loaded with vocab_only: it cannot run");
+  gguf().file().check_intact();  // a truncated mmapped file: Error(Io), not SIGBUS
+  const ModelConfig& c = config_;
+  const int64_t m = static_cast<int64_t>(batch.size());
+  for (int64_t t = 0; t < m; ++t) {
+    if (batch.tokens[t] < 0 || batch.tokens[t] >= c.n_vocab)
+      raise(Status::InvalidArgument, "token id %d is out of range [0, %d)", batch.tokens[t], c.n_vocab);
+    if (!kv.has_sequence(batch.slot[t]) || batch.pos[t] < 0 || batch.pos[t] >= kv.capacity(batch.slot[t]))
+      raise(Status::Internal, "batch token %lld has no KV room (slot %d, pos %d)", (long long)t, batch.slot[t],
+            batch.pos[t]);
+  }
+  Pass p{batch, kv, be, m, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, {}, {}};
+  if (m == 0) return p;
+  const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  p.x = grow(ws.x, m * d);
+  p.xb = grow(ws.xb, m * std::max(d, q_dim));
+  p.q = grow(ws.q, m * q_dim);
+  p.k = grow(ws.k, m * kv_dim);
+  p.v = grow(ws.v, m * kv_dim);
+  p.att = grow(ws.att, m * q_dim);
+  p.gate = grow(ws.gate, m * c.n_ff);
+  p.up = grow(ws.up, m * c.n_ff);
+  const int32_t** tables = grow(ws.tables, m);
+  for (int64_t t = 0; t < m; ++t) tables[t] = kv.block_table(batch.slot[t]).data();
+  p.ab = AttnBatch{m, batch.pos.data(), batch.slot.data(), c.sliding_window, tables, c.attn_softcap};
+  p.rp = RopeParams{c.n_rot, c.rope_neox, inv_freq_.data(), c.rope_pos_scale, c.rope_mscale};
+  be.get_rows(tok_embd_, batch.tokens.data(), m, p.x);
+  if (c.embed_scale != 1.0f) be.scale(p.x, m * d, c.embed_scale);
+  return p;
+}
+
+void Transformer::attention(Pass& p, int layer, const AttnWeights& a, const float* in, float* out) const {
+  const ModelConfig& c = config_;
+  Backend& be = p.be;
+  const int64_t m = p.m;
+  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  be.matmul(a.wq, in, m, p.q);
+  be.matmul(a.wk, in, m, p.k);
+  be.matmul(a.wv, in, m, p.v);
+  if (!a.bq.empty()) {
+    be.add_bias(p.q, a.bq.data(), m, q_dim);
+    be.add_bias(p.k, a.bk.data(), m, kv_dim);
+    be.add_bias(p.v, a.bv.data(), m, kv_dim);
+  }
+  if (!a.q_norm.empty()) {  // per head: rows of head_dim values
+    be.rms_norm(p.q, a.q_norm.data(), m * c.n_head, c.head_dim, c.rms_eps, p.q);
+    be.rms_norm(p.k, a.k_norm.data(), m * c.n_head_kv, c.head_dim, c.rms_eps, p.k);
+  }
+  be.rope(p.q, m, c.n_head, c.head_dim, p.batch.pos.data(), p.rp);
+  be.rope(p.k, m, c.n_head_kv, c.head_dim, p.batch.pos.data(), p.rp);
+  p.ab.window = a.window;
+  be.kv_write(p.kv.memory(), layer, p.k, p.v, p.ab);
+  be.attention(p.q, p.kv.memory(), layer, p.ab, c.n_head, attn_scale_, p.att);
+  be.matmul(a.wo, p.att, m, out);
+}
+
+void Transformer::gated_ffn(Pass& p, const FfnWeights& f, const float* in, float* out) const {
+  const ModelConfig& c = config_;
+  Backend& be = p.be;
+  be.matmul(f.gate, in, p.m, p.gate);
+  be.matmul(f.up, in, p.m, p.up);
+  if (c.ffn_act == "gelu")
+    be.geglu(p.gate, p.up, p.gate, p.m * c.n_ff);
+  else
+    be.swiglu(p.gate, p.up, p.gate, p.m * c.n_ff);
+  be.matmul(f.down, p.gate, p.m, out);
+}
+
+void Transformer::output(Pass& p, float* logits) const {
+  const ModelConfig& c = config_;
+  const int64_t d = c.n_embd;
+  // Only the rows whose logits are wanted go through the output head.
+  const int64_t nr = static_cast<int64_t>(p.batch.logit_rows.size());
+  if (nr == 0) return;
+  float* rows = grow(p.ws.rows, nr * d);
+  for (int64_t i = 0; i < nr; ++i) std::memcpy(rows + i * d, p.x + p.batch.logit_rows[i] * d, sizeof(float) * d);
+  p.be.rms_norm(rows, output_norm_.data(), nr, d, c.rms_eps, rows);
+  p.be.matmul(output_, rows, nr, logits);
+  if (c.final_softcap > 0) p.be.softcap(logits, nr * c.n_vocab, c.final_softcap);
+}
+
+}  // namespace infer

@@ -1,0 +1,123 @@
+// The building blocks every decoder-only architecture here is made of, and
+// the weight binding they share. Each architecture (llama.cpp, qwen2.cpp,
+// qwen3.cpp, phi3.cpp, gemma.cpp, gemma2.cpp) is a subclass that reads its
+// particulars from the GGUF metadata, binds its tensors into the structs
+// below and writes its forward pass as a short loop over these blocks:
+//
+//   embed      x = embedding rows (times embed_scale)
+//   norm       RMSNorm row by row (Gemma files store 1 + w already: see gemma.cpp)
+//   attention  Q, K, V projections (+ biases), per-head Q/K RMSNorm, RoPE
+//              (interleaved or rotate-half pairs; linear, llama3 or longrope
+//              scaling), KV write, causal attention over the paged cache
+//              (sliding window, soft-capping), output projection
+//   gated_ffn  down(act(gate(x)) * up(x)) with act = SiLU or GELU (tanh)
+//   output     final norm of the wanted rows, output head, logit soft-capping
+//
+// GGUF keys are read as "<arch>.<suffix>" (e.g. qwen2.attention.head_count).
+#pragma once
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace infer {
+
+struct AttnWeights {
+  WeightView wq, wk, wv, wo;
+  std::vector<float> bq, bk, bv;      // projection biases (empty: none)
+  std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights, head_dim values (empty: none)
+  int32_t window = 0;                 // this layer's sliding window (0: all positions)
+};
+
+struct FfnWeights {
+  WeightView gate, up, down;
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> post_attn_norm, post_ffn_norm;  // Gemma 2 (empty: none)
+  AttnWeights attn;
+  FfnWeights ffn;
+};
+
+// One forward pass in flight: the batch, its activation buffers ([m][...]
+// rows, from the workspace) and what every layer shares.
+struct Pass {
+  const Batch& batch;
+  KvCache& kv;
+  Backend& be;
+  int64_t m = 0;
+  float *x = nullptr, *xb = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
+  float *gate = nullptr, *up = nullptr;
+  Workspace& ws;
+  AttnBatch ab;
+  RopeParams rp;
+};
+
+class Transformer : public Model {
+ public:
+  void for_each_weight(const std::function<void(const WeightView&)>& fn) const override;
+  void reserve_workspace(Workspace& ws, int64_t rows) const override;
+
+ protected:
+  Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only);
+
+  // ---- configuration ----
+  std::string key(const char* suffix) const { return config_.arch + "." + suffix; }
+  int32_t get_dim(const char* suffix, int64_t fallback) const;
+  float get_float(const char* suffix, double fallback) const;
+  // The shape every architecture has (embedding, layers, heads, head size,
+  // FFN, context, epsilon, rope base, sliding window).
+  void read_shape();
+  // Rotary frequencies with the file's scaling; `neox` is the
+  // architecture's pair layout (the metadata bool infer.rope.neox overrides
+  // it: HF-layout llama Q/K).
+  void setup_rope(bool neox);
+  // Checks and the per-layer windows (every layer: sliding_window, unless
+  // the architecture filled layer_window itself).
+  void finish_config();
+
+  // ---- weights ----
+  // A matrix of n_out rows of n_in values (GGUF dims [n_in, n_out]).
+  WeightView weight(const std::string& name, int64_t n_in, int64_t n_out, bool required = true) const;
+  // Rows [first, first + n) of a matrix, as a matrix of its own (fused
+  // tensors: Phi-3's attn_qkv and gate+up).
+  WeightView rows(const WeightView& w, int64_t first, int64_t n) const;
+  // A 1-D tensor as f32 (norms, biases: converted once at load). Empty when
+  // absent and not required.
+  std::vector<float> vector_f32(const std::string& name, int64_t n, bool required = true) const;
+  // token_embd, output_norm and output (the embedding when output.weight is
+  // absent: tied embeddings).
+  void bind_embeddings();
+  // attn_q/k/v/output of "blk.N." (+ .bias when `biases`, + attn_q_norm /
+  // attn_k_norm when `qk_norm`).
+  void bind_attention(const std::string& prefix, AttnWeights& a, bool biases, bool qk_norm);
+  // ffn_gate, ffn_up, ffn_down of "blk.N.".
+  void bind_ffn(const std::string& prefix, FfnWeights& f);
+
+  // ---- forward building blocks ----
+  // Validates the batch, sizes the buffers and embeds the tokens into p.x.
+  Pass begin(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws) const;
+  // out = RMSNorm(in) * w, row by row over the pass's m rows of n_embd.
+  void norm(Pass& p, const std::vector<float>& w, const float* in, float* out) const {
+    p.be.rms_norm(in, w.data(), p.m, config_.n_embd, config_.rms_eps, out);
+  }
+  // out[m][n_embd] = self-attention of layer `layer` over in[m][n_embd]
+  // (in may be out: it is read before out is written).
+  void attention(Pass& p, int layer, const AttnWeights& a, const float* in, float* out) const;
+  // out[m][n_embd] = down(act(gate(in)) * up(in)), act from config.ffn_act.
+  void gated_ffn(Pass& p, const FfnWeights& f, const float* in, float* out) const;
+  // Logits of the batch's logit_rows.
+  void output(Pass& p, float* logits) const;
+
+  std::vector<LayerWeights> layers_;
+  mutable std::deque<WeightCache> caches_;  // one per bound matrix (stable addresses)
+  WeightView tok_embd_, output_;
+  std::vector<float> output_norm_;
+  std::vector<float> inv_freq_;  // rope: n_rot / 2 inverse frequencies
+  float attn_scale_ = 1.0f;      // resolved query scale
+};
+
+}  // namespace infer
