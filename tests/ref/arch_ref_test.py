@@ -11,6 +11,7 @@ order 1-10), and each generated token must be the reference's argmax
     arch_ref_test.py PATH_TO_INFER WORK_DIR [PRESET...]
 
 Exits 77 (skipped) when numpy is missing."""
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,16 @@ PRESETS = ['tiny-llama3', 'tiny-mistral', 'tiny-qwen2', 'tiny-qwen3', 'tiny-phi3
 PROMPT = 40  # > the presets' sliding windows (20) and over two KV blocks of 16
 GENERATE = 24
 TOL = 1e-4
+# What `infer info --json` must say of each preset (the architecture's particulars).
+INFO = {
+    'tiny-llama3': ['interleaved', 'llama3', 'tied embeddings'],
+    'tiny-mistral': ['interleaved', '20 on every layer'],
+    'tiny-qwen2': ['rotate-half', 'q/k/v biases'],
+    'tiny-qwen3': ['rotate-half', 'q/k per-head rmsnorm'],
+    'tiny-phi3': ['rotate-half', 'long-rope', 'fused qkv', 'fused gate+up'],
+    'tiny-gemma': ['rotate-half', 'gelu-tanh', 'sqrt(n_embd)'],
+    'tiny-gemma2': ['20 on even layers', 'attention 4, logits 6', 'post-attention and post-ffn norms'],
+}
 
 
 def main():
@@ -42,6 +53,12 @@ def main():
         model = os.path.join(work, name + '.gguf')
         subprocess.run([infer, 'synth', '--preset', name, '--type', 'f32', '-o', model], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        info = json.loads(subprocess.run([infer, 'info', '-m', model, '--json'], check=True, capture_output=True,
+                                         text=True).stdout)
+        said = ' | '.join(info[k] for k in ('rope', 'sliding_window', 'softcap', 'particulars'))
+        for want in INFO.get(name, []):
+            if want not in said:
+                failed.append('%s: infer info does not say "%s" (%s)' % (name, want, said))
         ref = arch_ref.Ref(arch_ref.Gguf(model))
         n_vocab = ref.t('token_embd.weight').shape[0]
         rng = np.random.default_rng(len(name))
