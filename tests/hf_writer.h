@@ -183,42 +183,98 @@ struct HfWriteOptions {
   bool tie = false;           // drop lm_head (tie_word_embeddings)
 };
 
-inline std::string hf_name_of(const std::string& g) {
+// The HF name of a GGUF tensor ("" for tensors HF checkpoints do not hold).
+inline std::string hf_name_of(const std::string& arch, const std::string& g) {
   if (g == "token_embd.weight") return "model.embed_tokens.weight";
   if (g == "output_norm.weight") return "model.norm.weight";
   if (g == "output.weight") return "lm_head.weight";
+  if (g.rfind("blk.", 0) != 0) return "";  // rope_freqs / rope_factors_*: config.json
   const size_t dot = g.find('.', 4);
   const std::string n = g.substr(4, dot - 4), rest = g.substr(dot + 1);
   static const std::map<std::string, std::string> m = {
       {"attn_norm.weight", "input_layernorm.weight"},   {"ffn_norm.weight", "post_attention_layernorm.weight"},
       {"attn_q.weight", "self_attn.q_proj.weight"},     {"attn_k.weight", "self_attn.k_proj.weight"},
       {"attn_v.weight", "self_attn.v_proj.weight"},     {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q.bias", "self_attn.q_proj.bias"},         {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},         {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"}, {"attn_qkv.weight", "self_attn.qkv_proj.weight"},
       {"ffn_gate.weight", "mlp.gate_proj.weight"},      {"ffn_up.weight", "mlp.up_proj.weight"},
-      {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},      {"ffn_gate_inp.weight", "block_sparse_moe.gate.weight"},
   };
-  return "model.layers." + n + "." + m.at(rest);
+  std::string r;
+  if (arch == "gemma2" && rest == "post_attention_norm.weight") r = "post_attention_layernorm.weight";
+  else if (arch == "gemma2" && rest == "ffn_norm.weight") r = "pre_feedforward_layernorm.weight";
+  else if (arch == "gemma2" && rest == "post_ffw_norm.weight") r = "post_feedforward_layernorm.weight";
+  else if (arch == "phi3" && rest == "ffn_up.weight") r = "mlp.gate_up_proj.weight";
+  else r = m.at(rest);
+  return "model.layers." + n + "." + r;
 }
 
+// A GGUF model (F32 tensors) as an HF checkpoint of its architecture.
 inline void gguf_to_hf_dir(const infer::GgufFile& g, const std::string& dir, const HfWriteOptions& o = {}) {
   using namespace infer;
   const std::string a = g.get_string("general.architecture").value_or("llama");
-  auto gi = [&](const char* k, int64_t d) { return g.get_int(a + "." + k).value_or(d); };
+  auto gi = [&](const std::string& k, int64_t d) { return g.get_int(a + "." + k).value_or(d); };
+  auto gf = [&](const std::string& k, double d) { return g.get_float(a + "." + k).value_or(d); };
+  auto num = [](double x) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.9g", x);
+    return std::string(b);
+  };
   const int64_t n_embd = gi("embedding_length", 0), n_head = gi("attention.head_count", 0);
-  const int64_t n_head_kv = gi("attention.head_count_kv", n_head), hd = n_embd / n_head;
+  const int64_t n_head_kv = gi("attention.head_count_kv", n_head);
+  const int64_t hd = gi("attention.key_length", n_embd / n_head);
+  const int64_t n_expert = gi("expert_count", 0);
+  const bool llama = a == "llama";
   const Vocab v = Vocab::from_gguf(g);
-  std::string cfg = "{\"architectures\":[\"LlamaForCausalLM\"],\"model_type\":\"llama\"";
+  // Llama-architecture GGUFs with a sliding window are Mistral checkpoints.
+  const std::string mt = n_expert > 0                                          ? "mixtral"
+                         : llama && g.find(a + ".attention.sliding_window") ? "mistral"
+                         : llama                                             ? "llama"
+                                                                             : a;
+  std::string cfg = "{\"architectures\":[\"X\"],\"model_type\":\"" + mt + "\"";
   cfg += ",\"hidden_size\":" + std::to_string(n_embd);
   cfg += ",\"intermediate_size\":" + std::to_string(gi("feed_forward_length", 0));
   cfg += ",\"num_hidden_layers\":" + std::to_string(gi("block_count", 0));
   cfg += ",\"num_attention_heads\":" + std::to_string(n_head);
   cfg += ",\"num_key_value_heads\":" + std::to_string(n_head_kv);
+  if (g.find(a + ".attention.key_length")) cfg += ",\"head_dim\":" + std::to_string(hd);
   cfg += ",\"max_position_embeddings\":" + std::to_string(gi("context_length", 2048));
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", g.get_float(a + ".attention.layer_norm_rms_epsilon").value_or(1e-5));
-  cfg += std::string(",\"rms_norm_eps\":") + buf;
-  std::snprintf(buf, sizeof buf, "%.9g", g.get_float(a + ".rope.freq_base").value_or(10000.0));
-  cfg += std::string(",\"rope_theta\":") + buf;
+  cfg += ",\"rms_norm_eps\":" + num(gf("attention.layer_norm_rms_epsilon", 1e-5));
+  cfg += ",\"rope_theta\":" + num(gf("rope.freq_base", 10000.0));
   cfg += ",\"vocab_size\":" + std::to_string(v.size());
+  if (g.find(a + ".attention.sliding_window")) {
+    cfg += ",\"sliding_window\":" + std::to_string(gi("attention.sliding_window", 0));
+    if (a == "qwen2" || a == "qwen3") cfg += ",\"use_sliding_window\":true";
+  }
+  if (n_expert > 0)
+    cfg += ",\"num_local_experts\":" + std::to_string(n_expert) +
+           ",\"num_experts_per_tok\":" + std::to_string(gi("expert_used_count", 2));
+  if (g.find(a + ".attn_logit_softcapping")) cfg += ",\"attn_logit_softcapping\":" + num(gf("attn_logit_softcapping", 0));
+  if (g.find(a + ".final_logit_softcapping")) cfg += ",\"final_logit_softcapping\":" + num(gf("final_logit_softcapping", 0));
+  if (g.find(a + ".attention.query_pre_attn_scalar"))
+    cfg += ",\"query_pre_attn_scalar\":" + num(gf("attention.query_pre_attn_scalar", 0));
+  const std::string scaling = g.get_string(a + ".rope.scaling.type").value_or("");
+  if (scaling == "linear") {
+    cfg += ",\"rope_scaling\":{\"type\":\"linear\",\"factor\":" + num(gf("rope.scaling.factor", 1)) + "}";
+  } else if (scaling == "llama3") {
+    cfg += ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":" + num(gf("rope.scaling.factor", 1)) +
+           ",\"low_freq_factor\":" + num(gf("rope.scaling.low_freq_factor", 1)) +
+           ",\"high_freq_factor\":" + num(gf("rope.scaling.high_freq_factor", 4)) +
+           ",\"original_max_position_embeddings\":" + std::to_string(gi("rope.scaling.original_context_length", 8192)) + "}";
+  }
+  if (const GgufTensorInfo* lf = g.find_tensor("rope_factors_long.weight")) {
+    const GgufTensorInfo* sf = g.find_tensor("rope_factors_short.weight");
+    REQUIRE(sf);
+    auto list = [&](const GgufTensorInfo* t) {
+      std::string l = "[";
+      const float* p = reinterpret_cast<const float*>(g.tensor_data(*t));
+      for (int64_t i = 0; i < t->n_elements(); ++i) l += (i ? "," : "") + num(p[i]);
+      return l + "]";
+    };
+    cfg += ",\"original_max_position_embeddings\":" + std::to_string(gi("rope.scaling.original_context_length", 4096));
+    cfg += ",\"rope_scaling\":{\"type\":\"longrope\",\"long_factor\":" + list(lf) + ",\"short_factor\":" + list(sf) + "}";
+  }
   if (v.bos >= 0) cfg += ",\"bos_token_id\":" + std::to_string(v.bos);
   if (v.eos >= 0) cfg += ",\"eos_token_id\":" + std::to_string(v.eos);
   const bool tied = o.tie || !g.find_tensor("output.weight");
@@ -230,25 +286,11 @@ inline void gguf_to_hf_dir(const infer::GgufFile& g, const std::string& dir, con
   write_text_file(dir + "/tokenizer_config.json", tc);
 
   std::vector<StTensor> ts;
-  for (const GgufTensorInfo& t : g.tensors()) {
-    if (tied && t.name == "output.weight") continue;
-    REQUIRE(t.type == DType::F32);
-    const float* src = reinterpret_cast<const float*>(g.tensor_data(t));
-    const int64_t cols = t.dims[0], rows = t.n_rows();
-    std::vector<float> f(src, src + cols * rows);
-    const bool q = t.name.find("attn_q.weight") != std::string::npos, k = t.name.find("attn_k.weight") != std::string::npos;
-    if (q || k) {
-      const int64_t heads = q ? n_head : n_head_kv;
-      for (int64_t h = 0; h < heads; ++h)
-        for (int i = 0; i < 2; ++i)
-          for (int64_t j = 0; j < hd / 2; ++j)
-            std::memcpy(&f[static_cast<size_t>((h * hd + i * (hd / 2) + j) * cols)],
-                        src + (h * hd + 2 * j + i) * cols, static_cast<size_t>(cols) * 4);
-    }
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float> f) {
     StTensor st;
-    st.name = hf_name_of(t.name);
+    st.name = name;
     st.dtype = o.dtype;
-    for (size_t d = t.dims.size(); d-- > 0;) st.shape.push_back(t.dims[d]);
+    st.shape = std::move(shape);
     if (o.dtype == "F32") {
       st.bytes.resize(f.size() * 4);
       std::memcpy(st.bytes.data(), f.data(), st.bytes.size());
@@ -260,12 +302,47 @@ inline void gguf_to_hf_dir(const infer::GgufFile& g, const std::string& dir, con
       }
     }
     ts.push_back(std::move(st));
+  };
+  for (const GgufTensorInfo& t : g.tensors()) {
+    if (tied && t.name == "output.weight") continue;
+    REQUIRE(t.type == DType::F32);
+    const float* src = reinterpret_cast<const float*>(g.tensor_data(t));
+    const int64_t cols = t.dims[0], rows = t.n_rows();
+    std::vector<float> f(src, src + cols * rows);
+    const size_t pos = t.name.find("_exps.weight");
+    if (pos != std::string::npos) {  // Mixtral experts: one matrix each
+      const std::string kind = t.name.substr(t.name.find('.', 4) + 1, pos - t.name.find('.', 4) - 1);
+      const std::string w = kind == "ffn_gate" ? "w1" : kind == "ffn_up" ? "w3" : "w2";
+      const int64_t per = t.dims[0] * t.dims[1];
+      for (int64_t e = 0; e < t.dims[2]; ++e)
+        add("model.layers." + t.name.substr(4, t.name.find('.', 4) - 4) + ".block_sparse_moe.experts." +
+                std::to_string(e) + "." + w + ".weight",
+            {t.dims[1], t.dims[0]}, std::vector<float>(src + e * per, src + (e + 1) * per));
+      continue;
+    }
+    const std::string hn = hf_name_of(a, t.name);
+    if (hn.empty()) continue;
+    const bool q = t.name.find("attn_q.weight") != std::string::npos, k = t.name.find("attn_k.weight") != std::string::npos;
+    if (llama && (q || k)) {  // llama GGUF interleaved pairs -> HF rotate-half
+      const int64_t heads = q ? n_head : n_head_kv;
+      for (int64_t h = 0; h < heads; ++h)
+        for (int i = 0; i < 2; ++i)
+          for (int64_t j = 0; j < hd / 2; ++j)
+            std::memcpy(&f[static_cast<size_t>((h * hd + i * (hd / 2) + j) * cols)],
+                        src + (h * hd + 2 * j + i) * cols, static_cast<size_t>(cols) * 4);
+    }
+    if ((a == "gemma" || a == "gemma2") && t.name.find("norm.weight") != std::string::npos)
+      for (float& x : f) x -= 1.0f;  // HF Gemma norms compute x * (1 + w)
+    std::vector<int64_t> shape;
+    for (size_t d = t.dims.size(); d-- > 0;) shape.push_back(t.dims[d]);
+    add(hn, shape, std::move(f));
   }
   if (o.shards <= 1) {
     const std::vector<uint8_t> b = safetensors_bytes(ts);
     write_text_file(dir + "/model.safetensors", std::string(b.begin(), b.end()));
     return;
   }
+  char buf[64];
   std::string idx = "{\"metadata\":{\"total_size\":0},\"weight_map\":{";
   const size_t per = (ts.size() + o.shards - 1) / o.shards;
   for (int s = 0; s < o.shards; ++s) {

@@ -17,6 +17,7 @@
 #include "quant/dequant.h"
 #include "test_util.h"
 #include "tools/convert_hf.h"
+#include "tools/synth.h"
 
 using namespace infer;
 
@@ -532,4 +533,32 @@ TEST_CASE("hf: GPTQ tensors that disagree are refused", "[hf]") {
   CHECK(r.first == Status::Format);
   CHECK_THAT(r.second, Catch::Contains("qweight"));
   REQUIRE(load_status(dir) == Status::Ok);
+}
+
+TEST_CASE("hf: every architecture's synthetic model as an HF directory gives the GGUF's logits", "[hf]") {
+  // infer synth's test presets (every particular of each architecture on),
+  // written as F32 GGUF and as an HF checkpoint of that architecture.
+  const std::vector<int32_t> prompt = {1, 17, 200, 33, 400, 5, 99, 250, 3, 77, 12, 300, 8, 64, 128, 256,
+                                       2, 19, 21, 23, 29, 31, 37, 41, 43, 47};
+  for (const char* preset : {"tiny", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-phi3",
+                             "tiny-gemma", "tiny-gemma2", "mixtral-tiny"}) {
+    INFO(preset);
+    const SynthPreset* p = find_synth_preset(preset);
+    if (!p) {
+      WARN("no synth preset " << preset);
+      continue;
+    }
+    const std::string gguf = infer_test::temp_dir() + "/hf-arch-" + preset + ".gguf";
+    SynthOptions so;
+    so.type = DType::F32;
+    write_synth_model(*p, gguf, so);
+    auto ref = Model::load(gguf);
+    const std::string dir = fresh_dir(std::string("hf-arch-") + preset);
+    infer_test::gguf_to_hf_dir(ref->gguf(), dir);
+    auto m = Model::load(dir);
+    CHECK(m->config().arch == ref->config().arch);
+    const float d = max_diff(prompt_logits(*m, prompt), prompt_logits(*ref, prompt));
+    INFO(preset << ": max |logit difference| " << d);
+    CHECK(d < 1e-4f);
+  }
 }
