@@ -150,16 +150,12 @@ void moe_ffn_forward(const MoeFfn& f, Backend& be, const float* h, int64_t m, fl
   int32_t* sel = ibuf;          // [m][k]
   int32_t* rows = sel + m * k;  // [m]: token of each gathered row
 
-  // Router logits a few rows at a time. Routing is discrete: a last-bit
-  // difference in a logit can flip a token's expert, so the logits must not
-  // depend on the batch. The CPU backend's F32 matmul (routers are F32 in
-  // published files) sums in another order from 16 rows on (the known gap of
-  // tests/test_batch_invariance.cpp); below that, and in every quantized
-  // format, a row's bits do not depend on the row count. The router is E
-  // rows: the extra calls cost nothing next to the experts.
-  constexpr int64_t kRouterRows = 8;
-  for (int64_t r0 = 0; r0 < m; r0 += kRouterRows)
-    be.matmul(f.router, h + r0 * d, std::min(kRouterRows, m - r0), logits + r0 * E);
+  // Routing is discrete: a last-bit difference in a router logit can send a
+  // token to another expert, so the logits must not depend on the rest of
+  // the batch. The backend's matmul rows are batch invariant in every format
+  // (tests/test_batch_invariance.cpp); tests/test_moe.cpp checks whole
+  // sequences alone against batched.
+  be.matmul(f.router, h, m, logits);
   moe_route(logits, m, static_cast<int>(E), static_cast<int>(k), sel, wts);
   std::memset(acc, 0, sizeof(float) * static_cast<size_t>(m * d));
   for (int64_t e = 0; e < E; ++e) {
