@@ -57,8 +57,9 @@ void check_dispatch(cpu::Isa isa) {
     CHECK(s(cpu::matmul_kernel_isa(DType::Q4_0, 64, 2048, 2048)) == name);
     // Q2_K: only the portable kernel.
     CHECK(s(cpu::matmul_kernel_isa(DType::Q2_K, 64, 2048, 2048)) == "scalar");
-    // Q5_0: AVX2 has it, AVX-512 and AMX take AVX2's.
-    CHECK(s(cpu::matmul_kernel_isa(DType::Q5_0, 8, 2048, 2048)) == (isa == cpu::Isa::Scalar ? "scalar" : "avx2"));
+    // Q5_0 and Q6_K: AVX2 and AVX-512 have them, AMX (no tile kernel) takes AVX-512's.
+    for (DType t : {DType::Q5_0, DType::Q6_K})
+      CHECK(s(cpu::matmul_kernel_isa(t, 64, 2048, 2048)) == (isa == cpu::Isa::Amx ? "avx512" : name));
   }
   // oneDNN is SIMD code: never below AVX2, even forced on.
   {
