@@ -13,6 +13,7 @@ order 1-10), and each generated token must be the reference's argmax
 Exits 77 (skipped) when numpy is missing."""
 import json
 import os
+import struct
 import subprocess
 import sys
 
@@ -42,6 +43,46 @@ INFO = {
     'tiny-gemma': ['rotate-half', 'gelu-tanh', 'sqrt(n_embd)'],
     'tiny-gemma2': ['20 on even layers', 'attention 4, logits 6', 'post-attention and post-ffn norms'],
 }
+
+
+def write_hf_layout(src, dst):
+    """src (a llama GGUF, F32) with each Q/K head's rows back in Hugging Face's
+    rotate-half order and infer.rope.neox = true: what the HF-directory loader
+    presents for a llama checkpoint. Must compute what src computes."""
+    g = arch_ref.Gguf(src)
+    buf = g.buf
+    n_tensors, n_kv = struct.unpack_from('<QQ', buf, 8)
+    # The metadata bytes as they are, then the new key.
+    r = arch_ref.Gguf.__new__(arch_ref.Gguf)
+    r.buf, r.pos = buf, 24
+    for _ in range(n_kv):
+        r.string()
+        r.value(r.take('<I'))
+    kv_bytes = buf[24:r.pos]
+    key = b'infer.rope.neox'
+    kv_bytes += struct.pack('<Q', len(key)) + key + struct.pack('<IB', 7, 1)
+    names = []
+    for _ in range(n_tensors):
+        name = r.string()
+        dims = [r.take('<Q') for _ in range(r.take('<I'))]
+        r.take('<I'), r.take('<Q')
+        names.append((name, dims))
+    a = g.meta['general.architecture']
+    heads = {'attn_q.weight': g.meta[a + '.attention.head_count'],
+             'attn_k.weight': g.meta[a + '.attention.head_count_kv']}
+    infos, data = b'', b''
+    for name, dims in names:
+        t = g.tensors[name]
+        for suffix, h in heads.items():
+            if name.endswith(suffix):
+                t = arch_ref.unpermute_qk(t, h)
+        infos += struct.pack('<Q', len(name)) + name.encode() + struct.pack('<I', len(dims))
+        infos += b''.join(struct.pack('<Q', d) for d in dims) + struct.pack('<IQ', 0, len(data))
+        data += t.astype('<f4').tobytes()
+        data += b'\0' * (-len(data) % 32)
+    head = struct.pack('<IIQQ', 0x46554747, 3, n_tensors, n_kv + 1) + kv_bytes + infos
+    with open(dst, 'wb') as f:
+        f.write(head + b'\0' * (-len(head) % 32) + data)
 
 
 def main():
@@ -91,6 +132,21 @@ def main():
                           (name, mismatch[0], generated[mismatch[0]], ref_next[mismatch[0]]))
         if spread < 0.3:
             failed.append('%s: logits barely spread (std %.3f): the check would be weak' % (name, spread))
+    # infer.rope.neox: the same llama model with HF-layout Q/K rows gives the same logits.
+    if 'tiny-mistral' in presets:
+        src, hf = os.path.join(work, 'tiny-mistral.gguf'), os.path.join(work, 'tiny-mistral-hf-rows.gguf')
+        write_hf_layout(src, hf)
+        rows = {}
+        for m in (src, hf):
+            dump = m + '.neox.f32'
+            subprocess.run([infer, 'run', '-m', m, '--tokens', os.path.join(work, 'tiny-mistral.ids'), '-n', '4',
+                            '--temp', '0', '--ignore-eos', '--threads', '2', '--dump-logits', dump, '--quiet'],
+                           check=True, stdout=subprocess.DEVNULL)
+            rows[m] = np.fromfile(dump, dtype='<f4').astype(np.float64)
+        err = np.abs(rows[src] - rows[hf]).max()
+        print('infer.rope.neox: HF-layout Q/K rows vs GGUF layout: max |diff| %.2e' % err)
+        if err > TOL:
+            failed.append('infer.rope.neox: HF-layout rows give logits %.3e away' % err)
     for f in failed:
         print('FAIL', f)
     return 1 if failed else 0
