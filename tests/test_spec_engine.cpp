@@ -339,3 +339,57 @@ TEST_CASE("speculative engine: a draft model gives the plain greedy tokens", "[s
   spec.draft_model = tiny.get();
   REQUIRE_THROWS_WITH(Engine(*model, spec), Catch::Contains("vocabulary has 32000 tokens"));
 }
+
+TEST_CASE("speculative engine: the draft model's cache has its own prefix cache", "[spec_engine]") {
+  NEED_MODEL(model);
+  auto draft = infer_test::stories_xs();
+  if (!draft) draft = infer_test::stories260k();
+  EngineParams spec;
+  spec.block_size = 4;
+  spec.spec = SpecMethod::Draft;
+  spec.draft_model = draft.get();
+  spec.spec_max_batch = 0;
+  const std::string prompt = kPrompts[0] + " " + kPrompts[1];
+  // One engine, the same prompt three times in turn, then twice at once
+  // (n = 2 style: both look up the cache the first ones filled).
+  Engine engine(*model, spec);
+  auto one = [&](int salt_seed) {
+    RequestParams rp;
+    rp.prompt = model->tokenizer().encode(prompt, true);
+    rp.max_tokens = 24;
+    rp.ignore_eos = true;
+    rp.sampling.temperature = 0;
+    rp.sampling.seed = static_cast<uint64_t>(salt_seed);
+    return engine.submit(rp);
+  };
+  std::vector<std::vector<int32_t>> outs;
+  for (int i = 0; i < 3; ++i) {
+    auto r = one(i);
+    engine.run();
+    outs.emplace_back(r->generated(), r->generated() + r->n_generated());
+  }
+  const KvStats st = engine.draft_kv()->stats();
+  const int n_prompt = static_cast<int>(model->tokenizer().encode(prompt, true).size());
+  // The second and third lookups find every full block of the prompt
+  // (match_prefix leaves the last token to compute).
+  CHECK(st.prefix_hit_tokens >= static_cast<uint64_t>(2 * ((n_prompt - 1) / 4 * 4)));
+  CHECK(engine.stats().spec.drafted > 0);
+  engine.draft_kv()->check_invariants();
+  // The same tokens as plain greedy decoding, every time.
+  EngineParams plain;
+  plain.block_size = 4;
+  const Run p = generate(*model, {prompt}, 24, plain);
+  for (const auto& o : outs) CHECK(o == p.out[0]);
+  // Prefix caching off for the engine: the draft cache finds nothing either.
+  spec.prefix_caching = false;
+  Engine off(*model, spec);
+  for (int i = 0; i < 2; ++i) {
+    RequestParams rp;
+    rp.prompt = model->tokenizer().encode(prompt, true);
+    rp.max_tokens = 8;
+    rp.sampling.temperature = 0;
+    off.submit(rp);
+    off.run();
+  }
+  CHECK(off.draft_kv()->stats().prefix_hit_tokens == 0);
+}

@@ -372,6 +372,12 @@ void Engine::draft_model_step(const std::vector<Sequence*>& seqs, const std::vec
         s.draft_kv = draft_kv_.get();
         s.draft_slot = draft_kv_->add_sequence();
         s.draft_computed = 0;
+        // The draft's own prefix cache: a prompt it has seen (another
+        // request's, a fork's leader's, its own before preemption) is not
+        // computed again.
+        if (sched_.caches_prefix(s))
+          s.draft_computed = draft_kv_->match_prefix(s.draft_slot, s.tokens().data(), s.n_tokens(),
+                                                     s.request().params().cache_salt);
       }
       const int32_t from = std::min(s.draft_computed, s.n_tokens() - 1), to = s.n_tokens();
       // A long catch-up (a new sequence's prompt) waits for a step with room.
@@ -392,6 +398,9 @@ void Engine::draft_model_step(const std::vector<Sequence*>& seqs, const std::vec
   for (size_t r = 0; r < who.size(); ++r) {
     Sequence& s = *seqs[who[r]];
     s.draft_computed = s.n_tokens();
+    // Known tokens only (no drafts yet): their full blocks are final.
+    if (sched_.caches_prefix(s))
+      draft_kv_->commit_blocks(s.draft_slot, s.tokens().data(), s.draft_computed, s.request().params().cache_salt);
     const float* lg = draft_logits_.data() + r * static_cast<size_t>(n_vocab);
     s.draft.push_back(argmax_row(lg, n_vocab));
   }

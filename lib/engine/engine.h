@@ -107,6 +107,8 @@ class Engine {
  // Dynamic batching: when the waiting batch starts even if not full
   // (nullopt: nothing waits for a deadline). Stepping thread only.
   std::optional<Clock::time_point> admission_deadline() const { return sched_.admission_deadline(); }
+  // The draft model's KV cache (nullptr without a draft model): tests and stats.
+  const KvCache* draft_kv() const { return draft_kv_.get(); }
 
  private:
   std::shared_ptr<Sequence> make_sequence(RequestParams& p);

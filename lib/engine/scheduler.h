@@ -117,6 +117,9 @@ class Scheduler {
   const std::deque<std::shared_ptr<Sequence>>& waiting() const { return waiting_; }
   uint64_t n_preemptions() const { return n_preemptions_; }
   uint64_t n_finished() const { return n_finished_; }
+  // Whether the sequence's full blocks join (and may come from) the prefix
+  // cache: the engine's setting and the request's.
+  bool caches_prefix(const Sequence& s) const;
 
  private:
   enum class Room { Ok, Yield, Never, Failed };
@@ -127,7 +130,6 @@ class Scheduler {
   Admit admit(const std::shared_ptr<Sequence>& s, int32_t budget, StepPlan& plan, int32_t& used);
   void release_kv(Sequence& s);
   void fail(Sequence& s, Status status, const char* message);
-  bool caches_prefix(const Sequence& s) const;
   int32_t step_budget(bool open) const;
   void build_batch(StepPlan& plan) const;
 
