@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """An independent numpy reference for Mixtral-style mixture-of-experts models
 stored as GGUF `llama` files (random-weight test models of `infer synth
---preset mixtral-tiny`), written from the published model definitions and the
-GGUF specification; it shares no code with libinfer.
+--preset mixtral-tiny --type f32`), written from the published model
+definitions; it shares no code with libinfer (the GGUF reader, F32 only, is
+tests/ref/arch_ref.py's).
 
     moe_ref.py MODEL.gguf OUT_PREFIX N_GEN TOKEN [TOKEN ...] [--variant V]
 
@@ -26,88 +27,28 @@ Layers without experts use the dense FFN (ffn_gate/ffn_up/ffn_down).
 --variant norenorm (top-k weights not renormalized) and --variant top1 (k = 1)
 compute deliberately wrong models, so a test can show that its tolerance
 tells them apart."""
-import struct
+import os
 import sys
 
 import numpy as np
 
-# ggml type id -> (values per block, bytes per block)
-BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 8: (32, 34), 30: (1, 2)}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import arch_ref  # noqa: E402  (the architecture references' GGUF reader)
 
 
 class Gguf:
+    """The file's metadata and F32 tensors through arch_ref.py's reader (numpy
+    shape: GGUF dims reversed, so rows are the last axis)."""
+
     def __init__(self, path):
-        self.buf = open(path, 'rb').read()
-        self.pos = 0
-        magic, version, n_tensors, n_kv = self.take('<IIQQ')
-        if magic != 0x46554747 or version not in (2, 3):
-            raise SystemExit('%s: not a GGUF v2/v3 file' % path)
-        self.meta = {}
-        for _ in range(n_kv):
-            key = self.string()
-            self.meta[key] = self.value(self.take('<I')[0])
-        self.infos = {}
-        for _ in range(n_tensors):
-            name = self.string()
-            nd = self.take('<I')[0]
-            dims = self.take('<%dQ' % nd)
-            typ, off = self.take('<IQ')
-            self.infos[name] = (dims, typ, off)
-        align = self.meta.get('general.alignment', 32)
-        self.data = (self.pos + align - 1) // align * align
-
-    def take(self, fmt):
-        v = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return v
-
-    def string(self):
-        n = self.take('<Q')[0]
-        s = self.buf[self.pos:self.pos + n].decode('utf-8')
-        self.pos += n
-        return s
-
-    def value(self, t):
-        scalars = {0: '<B', 1: '<b', 2: '<H', 3: '<h', 4: '<I', 5: '<i', 6: '<f', 7: '<?', 10: '<Q', 11: '<q',
-                   12: '<d'}
-        if t in scalars:
-            return self.take(scalars[t])[0]
-        if t == 8:
-            return self.string()
-        if t == 9:
-            et, n = self.take('<IQ')
-            return [self.value(et) for _ in range(n)]
-        raise SystemExit('unknown GGUF value type %d' % t)
+        g = arch_ref.Gguf(path)
+        self.meta, self.tensors = g.meta, g.tensors
 
     def has(self, name):
-        return name in self.infos
+        return name in self.tensors
 
     def tensor(self, name):
-        """The tensor as float64, numpy shape reversed from GGUF dims (rows last-dim fastest)."""
-        dims, typ, off = self.infos[name]
-        n = 1
-        for d in dims:
-            n *= d
-        if typ not in BLOCKS:
-            raise SystemExit('%s: tensor type %d is not handled by this reference' % (name, typ))
-        per, size = BLOCKS[typ]
-        raw = np.frombuffer(self.buf, dtype=np.uint8, count=n // per * size, offset=self.data + off)
-        if typ == 0:
-            v = raw.view('<f4').astype(np.float64)
-        elif typ == 1:
-            v = raw.view('<f2').astype(np.float64)
-        elif typ == 30:
-            v = (raw.view('<u2').astype(np.uint32) << 16).view('<f4').astype(np.float64)
-        else:
-            blk = raw.reshape(-1, size)
-            d = blk[:, :2].copy().view('<f2').astype(np.float64)  # [n_blocks, 1]
-            if typ == 8:  # Q8_0: scale, 32 int8
-                q = blk[:, 2:].copy().view(np.int8).astype(np.float64)
-            else:  # Q4_0: scale, 16 bytes; low nibbles are values 0-15, high nibbles 16-31, offset 8
-                qs = blk[:, 2:]
-                q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.float64) - 8.0
-            v = (q * d).reshape(-1)
-        return v.reshape(tuple(reversed(dims)))
+        return self.tensors[name]
 
 
 def rmsnorm(x, w, eps):
