@@ -557,8 +557,25 @@ TEST_CASE("hf: every architecture's synthetic model as an HF directory gives the
     infer_test::gguf_to_hf_dir(ref->gguf(), dir);
     auto m = Model::load(dir);
     CHECK(m->config().arch == ref->config().arch);
-    const float d = max_diff(prompt_logits(*m, prompt), prompt_logits(*ref, prompt));
+    const std::vector<float> want = prompt_logits(*ref, prompt);
+    const float d = max_diff(prompt_logits(*m, prompt), want);
     INFO(preset << ": max |logit difference| " << d);
     CHECK(d < 1e-4f);
+    // infer convert hf: back to the GGUF's tensors (Q/K rows permuted back,
+    // Gemma norms +1, experts stacked, rope factors), so the same logits bit for bit.
+    const std::string out = infer_test::temp_dir() + "/hf-arch-" + preset + "-back.gguf";
+    convert_hf(dir, out, ConvertHfOptions{});
+    auto c = Model::load(out);
+    size_t same = 0;
+    for (const GgufTensorInfo& t : ref->gguf().tensors()) {
+      const GgufTensorInfo* u = c->gguf().find_tensor(t.name);
+      if (!u && t.name == "rope_freqs.weight") continue;  // HF keeps llama3 scaling in config.json
+      REQUIRE(u);
+      same += u->dims == t.dims && u->type == t.type &&
+              std::memcmp(c->gguf().tensor_data(*u), ref->gguf().tensor_data(t), t.nbytes) == 0;
+      if (!(u->dims == t.dims && u->type == t.type)) UNSCOPED_INFO(t.name << " differs in shape or type");
+    }
+    CHECK(same + (ref->gguf().find_tensor("rope_freqs.weight") ? 1 : 0) == ref->gguf().tensors().size());
+    CHECK(max_diff(prompt_logits(*c, prompt), want) == 0.0f);
   }
 }
