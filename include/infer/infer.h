@@ -281,8 +281,10 @@ typedef struct infer_engine_params {
                                    as full ones), trading a few steps of a short prompt's TTFT for
                                    throughput; default 0: 16; 1: off */
   /* Since 1.1: */
-  infer_spec_method spec;       /* default NONE. Requests with log-probabilities, a grammar or
-                                   generated logits rows decode without speculation */
+  infer_spec_method spec;       /* default NONE. Requests that keep generated logits rows decode
+                                   without speculation; grammar-constrained requests and those
+                                   with log-probabilities speculate (the grammar masks the target
+                                   distribution drafts are judged by) */
   int32_t spec_k;               /* most draft tokens per sequence and step, default 4, in [1, 32];
                                    each sequence adapts its own to its acceptance */
   int32_t spec_ngram_max;       /* NGRAM: suffix lengths matched, longest first; default 3 */

@@ -175,11 +175,13 @@ std::shared_ptr<Sequence> Engine::make_sequence(RequestParams& p) {
   auto req = std::make_shared<Request>(next_id_.fetch_add(1), std::move(p), model_.tokenizer());
   auto seq = std::make_shared<Sequence>(std::move(req), n_vocab);
   // Speculation needs every emitted token to come out of the verification
-  // rule alone: requests that store generated logits, report log-probabilities
-  // or are grammar-constrained decode one token per step.
+  // rule alone: requests that store generated logits rows decode one token
+  // per step. Grammar-constrained requests speculate (the target
+  // distribution is masked by the grammar as sampling would mask it; drafts
+  // it excludes are rejected), and log-probabilities are reported for each
+  // emitted token from its row.
   const RequestParams& rp = seq->request().params();
-  if ((drafter_ || !skip_layers_.empty() || draft_kv_) && rp.spec_max_draft != 0 && !(rp.logits & kLogitsGenerated) &&
-      rp.sampling.logprobs < 0 && !rp.sampling.grammar) {
+  if ((drafter_ || !skip_layers_.empty() || draft_kv_) && rp.spec_max_draft != 0 && !(rp.logits & kLogitsGenerated)) {
     seq->speculates = true;
     seq->draft_len = DraftLength(rp.spec_max_draft > 0 ? std::min(rp.spec_max_draft, params_.spec_k) : params_.spec_k);
     seq->spec_rng.seed(rp.sampling.seed ^ 0x9e3779b97f4a7c15ull);
@@ -509,6 +511,9 @@ size_t Engine::verify(const StepPlan& plan, size_t first) {
     try {
       s.scratch.assign(lg, lg + n_vocab);
       v = verify_draft(s.sampler.distribution(s.scratch, r.tokens()), s.draft[j], nullptr, s.spec_rng);
+      // As sample() would after its draw: the grammar moves past the token,
+      // its log-probabilities are reported.
+      s.sampler.accept(v.token, lg);
     } catch (const Error& e) {
       r.finish(FinishReason::Error, e.status(), e.what());
       break;

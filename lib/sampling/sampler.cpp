@@ -309,6 +309,16 @@ int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& 
   return t;
 }
 
+void Sampler::accept(int32_t t, const float* raw_logits) {
+  if (t < 0 || t >= n_vocab_) raise(Status::InvalidArgument, "sampling: token %d outside the vocabulary", t);
+  if (matcher_ && !params_.grammar->is_eog[static_cast<size_t>(t)])
+    matcher_->advance(params_.grammar->pieces[static_cast<size_t>(t)]);
+  if (params_.logprobs >= 0 && logprobs_sink_ && raw_logits) {
+    raw_.assign(raw_logits, raw_logits + n_vocab_);
+    logprobs_sink_(logprobs_of(raw_, t, params_.logprobs));
+  }
+}
+
 TokenLogprobs logprobs_of(const std::vector<float>& logits, int32_t token, int32_t k) {
   TokenLogprobs out;
   float mx = -INFINITY;

@@ -85,6 +85,12 @@ class Sampler {
   // reference is valid until the next call on this sampler.
   const std::vector<TokenCandidate>& distribution(std::vector<float>& logits,
                                                   const std::vector<int32_t>& history);
+  // What sample() does after its draw, for a token chosen elsewhere from
+  // distribution() (speculative verification): the grammar advances past it
+  // and its log-probabilities go to the sink, computed from raw_logits (the
+  // logits as they came, before the chain; may be null when
+  // params.logprobs < 0).
+  void accept(int32_t token, const float* raw_logits);
 
   const SamplingParams& params() const { return params_; }
   int32_t n_vocab() const { return n_vocab_; }
