@@ -270,7 +270,7 @@ TEST_CASE("moe: routing is softmax, top-k and renormalization, ties to the lower
   CHECK(all[3] == 0);
 }
 
-TEST_CASE("moe: the block computes the published definition; each token uses its own experts only", "[moe]") {
+TEST_CASE("moe: the block computes the published definition and each token uses its own experts only", "[moe]") {
   ThreadPool pool(2);
   std::unique_ptr<Backend> be = make_cpu_backend(pool);
   const int E = 4, k = 2;
@@ -400,7 +400,7 @@ TEST_CASE("moe: quantized experts: each 2-D slice of a 3-D tensor, prepared at l
   }
 }
 
-TEST_CASE("moe: mixtral-tiny matches the numpy reference on every prompt position; same greedy tokens", "[moe][ref]") {
+TEST_CASE("moe: mixtral-tiny matches the numpy reference on every prompt position with the same greedy tokens", "[moe][ref]") {
   if (numpy_python().empty()) {
     WARN("SKIPPED: python3 with numpy is not available");
     return;
