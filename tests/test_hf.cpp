@@ -396,34 +396,50 @@ TEST_CASE("hf: tokenizer.json made from each GGUF vocabulary tokenizes like it",
     INFO(name);
     auto g = GgufFile::open(path);
     const Vocab want = Vocab::from_gguf(*g);
-    auto [tj, tc] = infer_test::vocab_to_hf(want);
-    auto meta = hf::tokenizer_metadata(tj, tc, "");
-    // The metadata as a GGUF view, read back by the GGUF vocabulary reader.
-    std::vector<std::unique_ptr<MappedFile>> files;
-    files.push_back(MappedFile::own(std::vector<uint8_t>(32)));
-    auto view = GgufFile::assemble(std::move(files), meta, {});
-    const Vocab got = Vocab::from_gguf(*view);
-    CHECK(got.model == want.model);
-    if (want.model == "gpt2") CHECK(got.pre == want.pre);
-    CHECK(got.tokens == want.tokens);
-    CHECK(got.merges == want.merges);
-    CHECK(got.bos == want.bos);
-    CHECK(got.eos == want.eos);
-    CHECK(got.add_space_prefix == want.add_space_prefix);
-    size_t type_diff = 0;
-    for (size_t i = 0; i < want.types.size() && i < got.types.size(); ++i) type_diff += got.types[i] != want.types[i];
-    CHECK(type_diff == 0);
-    auto tok = Tokenizer::create(*view);
-    const Vectors v = read_vectors(path + ".inp", path + ".out");
-    REQUIRE(v.inputs.size() == v.expected.size());
-    size_t fails = 0;
-    for (size_t i = 0; i < v.inputs.size(); ++i) {
-      const std::vector<int32_t> ids = tok->encode(v.inputs[i], false);
-      if (ids != v.expected[i]) {
-        if (++fails <= 3) UNSCOPED_INFO("input " << i << " '" << v.inputs[i] << "' differs");
-      }
+    auto [tj0, tc] = infer_test::vocab_to_hf(want);
+    std::string tj = tj0;
+    if (want.model == "llama") {
+      // The newer SentencePiece-style files: no normalizer, a Metaspace
+      // pre-tokenizer that adds the dummy prefix to the first word only.
+      const std::string norm_start = "\"normalizer\":";
+      const size_t a = tj.find(norm_start), b = tj.find("\"pre_tokenizer\":null,");
+      REQUIRE(a != std::string::npos);
+      REQUIRE(b != std::string::npos);
+      tj = tj.substr(0, a) + "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\xe2\x96\x81\","
+           "\"prepend_scheme\":\"first\",\"split\":false}," + tj.substr(b + std::string("\"pre_tokenizer\":null,").size());
     }
-    CHECK(fails == 0);
+    std::vector<std::string> variants = {tj0};
+    if (tj != tj0) variants.push_back(tj);
+    for (const std::string& json : variants) {
+      INFO((json == tj0 ? "as written" : "Metaspace variant"));
+      auto meta = hf::tokenizer_metadata(json, tc, "");
+      // The metadata as a GGUF view, read back by the GGUF vocabulary reader.
+      std::vector<std::unique_ptr<MappedFile>> files;
+      files.push_back(MappedFile::own(std::vector<uint8_t>(32)));
+      auto view = GgufFile::assemble(std::move(files), meta, {});
+      const Vocab got = Vocab::from_gguf(*view);
+      CHECK(got.model == want.model);
+      if (want.model == "gpt2") CHECK(got.pre == want.pre);
+      CHECK(got.tokens == want.tokens);
+      CHECK(got.merges == want.merges);
+      CHECK(got.bos == want.bos);
+      CHECK(got.eos == want.eos);
+      CHECK(got.add_space_prefix == want.add_space_prefix);
+      size_t type_diff = 0;
+      for (size_t i = 0; i < want.types.size() && i < got.types.size(); ++i) type_diff += got.types[i] != want.types[i];
+      CHECK(type_diff == 0);
+      auto tok = Tokenizer::create(*view);
+      const Vectors v = read_vectors(path + ".inp", path + ".out");
+      REQUIRE(v.inputs.size() == v.expected.size());
+      size_t fails = 0;
+      for (size_t i = 0; i < v.inputs.size(); ++i) {
+        const std::vector<int32_t> ids = tok->encode(v.inputs[i], false);
+        if (ids != v.expected[i]) {
+          if (++fails <= 3) UNSCOPED_INFO("input " << i << " '" << v.inputs[i] << "' differs");
+        }
+      }
+      CHECK(fails == 0);
+    }
   }
 }
 
