@@ -114,7 +114,7 @@ TEST_CASE("fp16: special values, subnormals and overflow", "[fp16]") {
   CHECK(f32_to_fp16(2047.5f) == 0x6800);                       // 2047.5 -> 2048 (tie to even)
 }
 
-TEST_CASE("bf16: every bf16 converts exactly and back; ties to even", "[fp16]") {
+TEST_CASE("bf16: every bf16 converts exactly and back, ties to even", "[fp16]") {
   for (uint32_t b = 0; b < 65536; ++b) {
     const uint16_t x = static_cast<uint16_t>(b);
     const float f = bf16_to_f32(x);

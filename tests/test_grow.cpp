@@ -30,7 +30,7 @@ std::vector<float> prompt_logits(const Model& m, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("grow: the grown model computes the small model's logits; noise moves them", "[synth][grow]") {
+TEST_CASE("grow: the grown model computes the small model's logits, and noise moves them", "[synth][grow]") {
   const std::string small = infer_test::shared_file("models/stories260K.gguf");
   if (small.empty()) {
     WARN("SKIPPED: models/stories260K.gguf not found");

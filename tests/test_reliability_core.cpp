@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <regex>
 #include <string>
@@ -238,4 +239,23 @@ TEST_CASE("reliability: the llama2.c converter rejects a non-finite token score"
   CHECK(infer_convert_llama2c(ckpt.c_str(), bad_tok.c_str(), out.c_str()) == INFER_ERR_FORMAT);
   CHECK(std::string(infer_last_error()).find("score") != std::string::npos);
   CHECK(!std::filesystem::exists(out));
+}
+
+// CTest (catch_discover_tests) splits a test name at ';': both halves then
+// name no test case, and ctest reports them passed without running anything.
+TEST_CASE("reliability: no test case name holds a semicolon (ctest would not run it)", "[reliability]") {
+  const std::filesystem::path root = INFER_SOURCE_DIR;
+  const std::regex name(R"re(TEST_CASE\(\s*"([^"]*)")re");
+  int cases = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(root / "tests")) {
+    if (entry.path().extension() != ".cpp") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::sregex_iterator it(text.begin(), text.end(), name), end; it != end; ++it) {
+      ++cases;
+      INFO(entry.path().filename().string() << ": " << (*it)[1].str());
+      CHECK((*it)[1].str().find(';') == std::string::npos);
+    }
+  }
+  CHECK(cases > 100);
 }

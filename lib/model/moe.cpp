@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/tls.h"
 #include "gguf/gguf.h"
 
 namespace infer {
@@ -103,8 +104,14 @@ MoeFfn bind_moe_ffn(const GgufFile& g, const std::string& prefix, int64_t n_embd
 
 void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel, float* weight) {
   // Reused per thread: the forward pass does not allocate once warmed up.
-  thread_local std::vector<float> p;
-  thread_local std::vector<int32_t> idx;
+  struct Scratch {
+    std::vector<float> p;
+    std::vector<int32_t> idx;
+  };
+  static thread_local Scratch* slot = nullptr;
+  Scratch& sc = tls_object(slot);
+  std::vector<float>& p = sc.p;
+  std::vector<int32_t>& idx = sc.idx;
   p.resize(static_cast<size_t>(n_expert));
   idx.resize(static_cast<size_t>(n_expert));
   for (int64_t t = 0; t < m; ++t) {
