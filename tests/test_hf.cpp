@@ -3,6 +3,7 @@
 // vocabulary; hostile files fail with a clear status.
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -594,4 +595,30 @@ TEST_CASE("hf: every architecture's synthetic model as an HF directory gives the
     CHECK(same + (ref->gguf().find_tensor("rope_freqs.weight") ? 1 : 0) == ref->gguf().tensors().size());
     CHECK(max_diff(prompt_logits(*c, prompt), want) == 0.0f);
   }
+}
+
+TEST_CASE("hf: a shard truncated after load fails the request, not the process", "[hf]") {
+  // Every mapped shard is checked before a forward pass (GgufFile::check_intact
+  // over all files), so reading a shard that shrank is Error(Io), not SIGBUS.
+  REQUIRE_SHARED(path, "models/stories260K.gguf");
+  auto ref = Model::load(path);
+  const std::string dir = fresh_dir("hf-truncated");
+  infer_test::HfWriteOptions o;
+  o.shards = 3;
+  infer_test::gguf_to_hf_dir(ref->gguf(), dir, o);
+  auto m = Model::load(dir);
+  EngineParams ep;
+  ep.n_threads = 2;
+  ep.n_ctx = 64;
+  Engine e(*m, ep);
+  const std::string last = dir + "/model-00003-of-00003.safetensors";
+  struct stat sb;
+  REQUIRE(::stat(last.c_str(), &sb) == 0);
+  REQUIRE(::truncate(last.c_str(), sb.st_size / 4) == 0);
+  RequestParams rp;
+  rp.prompt = kPrompt;
+  rp.max_tokens = 4;
+  auto r = e.submit(rp);
+  e.run();
+  CHECK(r->finish_reason() == FinishReason::Error);
 }

@@ -286,7 +286,7 @@ void Transformer::reserve_workspace(Workspace& ws, int64_t m) const {
 
 Pass Transformer::begin(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws) const {
   if (vocab_only_) raise(Status::InvalidArgument, "model was loaded with vocab_only: it cannot run");
-  gguf().file().check_intact();  // a truncated mmapped file: Error(Io), not SIGBUS
+  gguf().check_intact();  // a truncated mmapped file (any shard of an HF directory): Error(Io), not SIGBUS
   const ModelConfig& c = config_;
   const int64_t m = static_cast<int64_t>(batch.size());
   for (int64_t t = 0; t < m; ++t) {
