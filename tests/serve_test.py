@@ -395,10 +395,12 @@ try:
     check("disconnect mid-stream: the request is cancelled (engine idle soon after)",
           first.startswith(b"HTTP/1.1 200") and idle is not None and ended("disconnected") >= before + 1, (first[:80], idle))
     s = socket.create_connection(("127.0.0.1", srv.port))
-    body = json.dumps(long_req).encode()
+    # Until the context ends (8 x ~507 tokens, about 0.4 s on a quiet machine,
+    # which made 8 x 500 within a 0.3 s wait): leave after 50 ms.
+    body = json.dumps(dict(long_req, max_tokens=2000)).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
               + str(len(body)).encode() + b"\r\n\r\n" + body)
-    time.sleep(0.3)
+    time.sleep(0.05)
     s.close()
     idle = wait_idle(20)
     check("disconnect while a non-streamed reply is computed: cancelled", idle is not None and ended("disconnected") >= before + 2, idle)
@@ -421,7 +423,8 @@ try:
 finally:
     pass
 
-srv2 = Server("--api-key", "sekret", "--shutdown-timeout", "0.5", "-c", "2048", "--spec", "ngram")
+srv2 = Server("--api-key", "sekret", "--shutdown-timeout", "0.5", "-c", "2048", "--spec", "ngram",
+              "--stream-interval", "50")
 st, d = srv2.post("/v1/completions", {"prompt": "hi", "max_tokens": 2})
 check("API key set: a request without it is a 401 with an error body", st == 401 and is_error_body(d) and d["error"]["type"] == "authentication_error", d)
 st, d = srv2.post("/v1/completions", {"prompt": "hi", "max_tokens": 2}, headers={"Authorization": "Bearer wrong"})
@@ -440,6 +443,20 @@ st, data, _ = srv2.request("GET", "/metrics", headers={"Authorization": "Bearer 
 m2 = {l.rsplit(" ", 1)[0]: float(l.rsplit(" ", 1)[1]) for l in data.decode().splitlines() if l and not l.startswith("#")}
 check("--spec ngram: /metrics counts drafted and accepted tokens", m2.get("infer_spec_draft_tokens_total", 0) > 0
       and 0 <= m2.get("infer_spec_acceptance_rate", -1) <= 1, {k: v for k, v in m2.items() if "spec" in k})
+
+# --stream-interval 50: stories260K makes 200 tokens in far less than 200 x 50
+# ms, so text arriving within 50 ms of the previous event is held and joins a
+# later one: fewer events than tokens, the same text.
+st, events, done, _ = srv2.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0,
+                                                      "ignore_eos": True, "stream": True},
+                                  headers={"Authorization": "Bearer sekret"})
+pieces = [e["choices"][0]["text"] for e in events if e.get("choices")]
+st2, d2 = srv2.post("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "ignore_eos": True},
+                    headers={"Authorization": "Bearer sekret"})
+check("--stream-interval: held text joins later events (fewer events than tokens, same text, [DONE])",
+      st == 200 and done and st2 == 200 and "".join(pieces) == d2["choices"][0]["text"]
+      and len([p for p in pieces if p]) < d2["usage"]["completion_tokens"] // 2,
+      (len(pieces), d2.get("usage")))
 
 result = {}
 

@@ -53,7 +53,7 @@ const FlagTable kServeFlags = kModelFlags + FlagTable{
     {"--max-connections", "N", "64", "connections served at once (threads of the HTTP pool)"},
     {"--max-queue", "N", "256", "generation requests in flight at once (more: 429)"},
     {"--timeout", "SEC", "600", "longest time a generation request may take (then 504, or an error event)"},
-    {"--stream-interval", "MS", "2",
+    {"--stream-interval", "MS", "0",
      "streaming: text arriving sooner than this after a stream's previous event waits and joins the next one (0: one event per piece)"},
     {"--read-timeout", "SEC", "30", "longest wait for a slow client's request bytes"},
     {"--shutdown-timeout", "SEC", "10", "on SIGINT/SIGTERM, time given to requests in flight before they are cancelled"},
@@ -78,7 +78,7 @@ struct Server {
   std::string api_key;
   serve::Limits limits;
   double timeout_s = 600;
-  double stream_interval_ms = 2;
+  double stream_interval_ms = 0;
   int max_queue = 256;
   bool log_requests = false;
   serve::Metrics metrics;
@@ -741,7 +741,7 @@ int cmd_serve(int argc, char** argv) {
   const int max_conn = static_cast<int>(a.get_int("--max-connections", 64, 1, 65536));
   srv->max_queue = static_cast<int>(a.get_int("--max-queue", 256, 1, 1 << 20));
   srv->timeout_s = a.get_float("--timeout", 600, 0.001, 1e9, "(0, 1e9]");
-  srv->stream_interval_ms = a.get_float("--stream-interval", 2, 0, 1000, "[0, 1000]");
+  srv->stream_interval_ms = a.get_float("--stream-interval", 0, 0, 1000, "[0, 1000]");
   const double read_timeout = a.get_float("--read-timeout", 30, 0.001, 1e6, "(0, 1e6]");
   const double shutdown_timeout = a.get_float("--shutdown-timeout", 10, 0, 1e6, "[0, 1e6]");
   srv->log_requests = a.flag("--log-requests");
