@@ -48,38 +48,7 @@ class Gemma2Model final : public Transformer {
     setup_rope(/*neox=*/true);
     finish_config();
     bind_embeddings();
-    layers_.resize(c.n_layer);
-    for (int l = 0; l < c.n_layer; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      LayerWeights& L = layers_[l];
-      L.attn_norm = vector_f32(p + "attn_norm.weight", c.n_embd);
-      L.post_attn_norm = vector_f32(p + "post_attention_norm.weight", c.n_embd);
-      L.ffn_norm = vector_f32(p + "ffn_norm.weight", c.n_embd);
-      L.post_ffn_norm = vector_f32(p + "post_ffw_norm.weight", c.n_embd);
-      bind_attention(p, L.attn, /*biases=*/false, /*qk_norm=*/false);
-      L.attn.window = c.layer_window[l];
-      bind_ffn(p, L.ffn);
-    }
-  }
-
-  void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
-               const uint8_t* skip) const override {
-    Pass p = begin(batch, kv, be, ws);  // embeddings scaled by embed_scale
-    if (p.m == 0) return;
-    const int64_t n = p.m * config_.n_embd;
-    for (int l = 0; l < config_.n_layer; ++l) {
-      if (skip && skip[l]) continue;
-      const LayerWeights& L = layers_[l];
-      norm(p, L.attn_norm, p.x, p.xb);
-      attention(p, l, L.attn, p.xb, p.xb);  // window and soft-cap: config
-      norm(p, L.post_attn_norm, p.xb, p.xb);
-      be.add(p.x, p.xb, n);
-      norm(p, L.ffn_norm, p.x, p.xb);
-      gated_ffn(p, L.ffn, p.xb, p.xb);
-      norm(p, L.post_ffn_norm, p.xb, p.xb);
-      be.add(p.x, p.xb, n);
-    }
-    output(p, logits);  // final soft-cap: config
+    bind_layers(/*biases=*/false, /*qk_norm=*/false);
   }
 };
 

@@ -35,24 +35,6 @@ class LlamaModel final : public Transformer {
     if (!vocab_only_) bind();
   }
 
-  void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
-               const uint8_t* skip) const override {
-    Pass p = begin(batch, kv, be, ws);
-    if (p.m == 0) return;
-    const int64_t n = p.m * config_.n_embd;
-    for (int l = 0; l < config_.n_layer; ++l) {
-      if (skip && skip[l]) continue;
-      const LayerWeights& L = layers_[l];
-      norm(p, L.attn_norm, p.x, p.xb);
-      attention(p, l, L.attn, p.xb, p.xb);
-      be.add(p.x, p.xb, n);
-      norm(p, L.ffn_norm, p.x, p.xb);
-      ffn(p, l, p.xb, p.xb);
-      be.add(p.x, p.xb, n);
-    }
-    output(p, logits);
-  }
-
  private:
   void bind() {
     bind_embeddings();
@@ -86,7 +68,7 @@ class LlamaModel final : public Transformer {
 
   // The layer's feed-forward block: out = SwiGLU FFN of in (in may be out).
   // Mixtral's layers route each token to its experts (model/moe.h).
-  void ffn(Pass& p, int layer, const float* in, float* out) const {
+  void ffn(Pass& p, int layer, const float* in, float* out) const override {
     if (moe_.empty()) return gated_ffn(p, layers_[layer].ffn, in, out);
     const MoeFfn& f = moe_[layer];
     if (p.ws.moe.size() < moe_scratch_floats(f, p.m)) p.ws.moe.resize(moe_scratch_floats(f, p.m));

@@ -56,24 +56,6 @@ class Phi3Model final : public Transformer {
       }
     }
   }
-
-  void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
-               const uint8_t* skip) const override {
-    Pass p = begin(batch, kv, be, ws);
-    if (p.m == 0) return;
-    const int64_t n = p.m * config_.n_embd;
-    for (int l = 0; l < config_.n_layer; ++l) {
-      if (skip && skip[l]) continue;
-      const LayerWeights& L = layers_[l];
-      norm(p, L.attn_norm, p.x, p.xb);
-      attention(p, l, L.attn, p.xb, p.xb);
-      be.add(p.x, p.xb, n);
-      norm(p, L.ffn_norm, p.x, p.xb);
-      gated_ffn(p, L.ffn, p.xb, p.xb);
-      be.add(p.x, p.xb, n);
-    }
-    output(p, logits);
-  }
 };
 
 }  // namespace

@@ -22,34 +22,7 @@ class Qwen2Model final : public Transformer {
     setup_rope(/*neox=*/true);
     finish_config();
     bind_embeddings();
-    layers_.resize(config_.n_layer);
-    for (int l = 0; l < config_.n_layer; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      LayerWeights& L = layers_[l];
-      L.attn_norm = vector_f32(p + "attn_norm.weight", config_.n_embd);
-      L.ffn_norm = vector_f32(p + "ffn_norm.weight", config_.n_embd);
-      bind_attention(p, L.attn, /*biases=*/true, /*qk_norm=*/false);
-      L.attn.window = config_.layer_window[l];
-      bind_ffn(p, L.ffn);
-    }
-  }
-
-  void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
-               const uint8_t* skip) const override {
-    Pass p = begin(batch, kv, be, ws);
-    if (p.m == 0) return;
-    const int64_t n = p.m * config_.n_embd;
-    for (int l = 0; l < config_.n_layer; ++l) {
-      if (skip && skip[l]) continue;
-      const LayerWeights& L = layers_[l];
-      norm(p, L.attn_norm, p.x, p.xb);
-      attention(p, l, L.attn, p.xb, p.xb);
-      be.add(p.x, p.xb, n);
-      norm(p, L.ffn_norm, p.x, p.xb);
-      gated_ffn(p, L.ffn, p.xb, p.xb);
-      be.add(p.x, p.xb, n);
-    }
-    output(p, logits);
+    bind_layers(/*biases=*/true, /*qk_norm=*/false);
   }
 };
 

@@ -261,6 +261,44 @@ void Transformer::bind_ffn(const std::string& p, FfnWeights& f) {
   f.down = weight(p + "ffn_down.weight", c.n_ff, c.n_embd);
 }
 
+void Transformer::bind_layers(bool biases, bool qk_norm) {
+  const ModelConfig& c = config_;
+  layers_.resize(c.n_layer);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& L = layers_[l];
+    L.attn_norm = vector_f32(p + "attn_norm.weight", c.n_embd);
+    L.ffn_norm = vector_f32(p + "ffn_norm.weight", c.n_embd);
+    if (c.post_norms) {
+      L.post_attn_norm = vector_f32(p + "post_attention_norm.weight", c.n_embd);
+      L.post_ffn_norm = vector_f32(p + "post_ffw_norm.weight", c.n_embd);
+    }
+    bind_attention(p, L.attn, biases, qk_norm);
+    L.attn.window = c.layer_window[l];
+    bind_ffn(p, L.ffn);
+  }
+}
+
+void Transformer::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
+                          const uint8_t* skip) const {
+  Pass p = begin(batch, kv, be, ws);  // embeddings scaled by config.embed_scale
+  if (p.m == 0) return;
+  const int64_t n = p.m * config_.n_embd;
+  for (int l = 0; l < config_.n_layer; ++l) {
+    if (skip && skip[l]) continue;  // the self-speculative draft
+    const LayerWeights& L = layers_[l];
+    norm(p, L.attn_norm, p.x, p.xb);
+    attention(p, l, L.attn, p.xb, p.xb);  // window, soft-cap, scale: config and L.attn
+    if (!L.post_attn_norm.empty()) norm(p, L.post_attn_norm, p.xb, p.xb);
+    be.add(p.x, p.xb, n);
+    norm(p, L.ffn_norm, p.x, p.xb);
+    ffn(p, l, p.xb, p.xb);
+    if (!L.post_ffn_norm.empty()) norm(p, L.post_ffn_norm, p.xb, p.xb);
+    be.add(p.x, p.xb, n);
+  }
+  output(p, logits);  // final soft-cap: config
+}
+
 void Transformer::for_each_weight(const std::function<void(const WeightView&)>& fn) const {
   for (const LayerWeights& l : layers_)
     for (const WeightView* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})

@@ -58,6 +58,12 @@ struct Pass {
 
 class Transformer : public Model {
  public:
+  // The pre-norm residual stack every architecture here runs:
+  //   x += [post_attn_norm](attention(attn_norm(x)))
+  //   x += [post_ffn_norm](ffn(ffn_norm(x)))
+  // (the post norms where a layer has them: Gemma 2), then the output head.
+  void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
+               const uint8_t* skip) const override;
   void for_each_weight(const std::function<void(const WeightView&)>& fn) const override;
   void reserve_workspace(Workspace& ws, int64_t rows) const override;
 
@@ -96,6 +102,9 @@ class Transformer : public Model {
   void bind_attention(const std::string& prefix, AttnWeights& a, bool biases, bool qk_norm);
   // ffn_gate, ffn_up, ffn_down of "blk.N.".
   void bind_ffn(const std::string& prefix, FfnWeights& f);
+  // Every layer with separate Q/K/V and gate/up tensors: its norms (the post
+  // norms too when config.post_norms), attention, window and FFN.
+  void bind_layers(bool biases, bool qk_norm);
 
   // ---- forward building blocks ----
   // Validates the batch, sizes the buffers and embeds the tokens into p.x.
@@ -109,6 +118,9 @@ class Transformer : public Model {
   void attention(Pass& p, int layer, const AttnWeights& a, const float* in, float* out) const;
   // out[m][n_embd] = down(act(gate(in)) * up(in)), act from config.ffn_act.
   void gated_ffn(Pass& p, const FfnWeights& f, const float* in, float* out) const;
+  // Layer `layer`'s feed-forward block in forward(): the gated FFN unless
+  // the architecture has another (Mixtral's experts).
+  virtual void ffn(Pass& p, int layer, const float* in, float* out) const { gated_ffn(p, layers_[layer].ffn, in, out); }
   // Logits of the batch's logit_rows.
   void output(Pass& p, float* logits) const;
 
