@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "hf/hf.h"
-#include "hf/json.h"
+#include "core/json.h"
 #include "hf_writer.h"
 #include "model/model.h"
 #include "quant/dequant.h"
@@ -69,7 +69,7 @@ Status load_status(const std::string& path, std::string* msg = nullptr) {
 }  // namespace
 
 TEST_CASE("hf: json reader", "[hf]") {
-  using hf::Json;
+  using infer::Json;
   const Json j = Json::parse(R"( {"a": [1, -2.5e1, true, null, "x\u00e9\ud83d\ude00\n"], "b": {"c": 9007199254740993}} )", "t");
   REQUIRE(j.is_object());
   const Json* a = j.find("a");

@@ -16,7 +16,7 @@
 #include "core/mmap.h"
 #include "hf/hf.h"
 #include "hf/hf_quant.h"
-#include "hf/json.h"
+#include "core/json.h"
 
 namespace infer {
 namespace hf {

@@ -22,7 +22,7 @@
 
 #include "core/error.h"
 #include "hf/hf.h"
-#include "hf/json.h"
+#include "core/json.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 

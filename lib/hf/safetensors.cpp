@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "hf/hf.h"
-#include "hf/json.h"
+#include "core/json.h"
 
 namespace infer {
 namespace hf {

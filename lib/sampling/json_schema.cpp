@@ -1,5 +1,5 @@
-// JSON schema -> GBNF (see grammar.h). A small JSON reader for the schema
-// text, then one grammar rule per schema node.
+// JSON schema -> GBNF (see grammar.h). The schema text is read by
+// core/json.h into a JVal tree, then one grammar rule per schema node.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "sampling/grammar.h"
 
 namespace infer {
@@ -31,187 +32,40 @@ struct JVal {
   }
 };
 
-class JsonReader {
- public:
-  explicit JsonReader(std::string_view t) : t_(t) {}
-  JVal document() {
-    JVal v = value(0);
-    ws();
-    if (p_ != t_.size()) fail("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const char* what) const {
-    raise(Status::InvalidArgument, "json schema: not valid JSON at offset %zu: %s", p_, what);
-  }
-  void ws() {
-    while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\t' || t_[p_] == '\n' || t_[p_] == '\r')) ++p_;
-  }
-  bool lit(const char* s) {
-    const size_t n = std::char_traits<char>::length(s);
-    if (t_.substr(p_, n) != s) return false;
-    p_ += n;
-    return true;
-  }
-  JVal value(int depth) {
-    if (depth > 64) fail("nested too deeply");
-    ws();
-    if (p_ >= t_.size()) fail("unexpected end");
-    JVal v;
-    const char c = t_[p_];
-    if (c == '{') {
-      ++p_;
-      v.type = JVal::Obj;
-      ws();
-      if (p_ < t_.size() && t_[p_] == '}') {
-        ++p_;
-        return v;
-      }
-      for (;;) {
-        ws();
-        if (p_ >= t_.size() || t_[p_] != '"') fail("expected a key");
-        std::string k = string();
-        ws();
-        if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':'");
-        ++p_;
-        JVal item = value(depth + 1);
-        v.keys.push_back(std::move(k));
-        v.vals.push_back(std::move(item));
-        ws();
-        if (p_ < t_.size() && t_[p_] == ',') {
-          ++p_;
-          continue;
-        }
-        if (p_ < t_.size() && t_[p_] == '}') {
-          ++p_;
-          return v;
-        }
-        fail("expected ',' or '}'");
-      }
-    }
-    if (c == '[') {
-      ++p_;
-      v.type = JVal::Arr;
-      ws();
-      if (p_ < t_.size() && t_[p_] == ']') {
-        ++p_;
-        return v;
-      }
-      for (;;) {
-        v.arr.push_back(value(depth + 1));
-        ws();
-        if (p_ < t_.size() && t_[p_] == ',') {
-          ++p_;
-          continue;
-        }
-        if (p_ < t_.size() && t_[p_] == ']') {
-          ++p_;
-          return v;
-        }
-        fail("expected ',' or ']'");
-      }
-    }
-    if (c == '"') {
+// The schema text (read by core/json.h) as a JVal.
+JVal to_jval(const Json& j) {
+  JVal v;
+  switch (j.kind()) {
+    case Json::Kind::Null: break;
+    case Json::Kind::Bool:
+      v.type = JVal::Bool;
+      v.b = j.as_bool();
+      break;
+    case Json::Kind::Number:
+      if (!std::isfinite(j.as_double()))
+        raise(Status::InvalidArgument, "json schema: the number %s is out of range", j.number_text().c_str());
+      v.type = JVal::Num;
+      v.num = j.as_double();
+      v.str = j.number_text();
+      break;
+    case Json::Kind::String:
       v.type = JVal::Str;
-      v.str = string();
-      return v;
-    }
-    if (lit("true")) {
-      v.type = JVal::Bool;
-      v.b = true;
-      return v;
-    }
-    if (lit("false")) {
-      v.type = JVal::Bool;
-      return v;
-    }
-    if (lit("null")) return v;
-    // number
-    const size_t start = p_;
-    if (p_ < t_.size() && t_[p_] == '-') ++p_;
-    while (p_ < t_.size() && ((t_[p_] >= '0' && t_[p_] <= '9') || t_[p_] == '.' || t_[p_] == 'e' || t_[p_] == 'E' ||
-                              t_[p_] == '+' || t_[p_] == '-'))
-      ++p_;
-    if (p_ == start) fail("unexpected character");
-    v.type = JVal::Num;
-    v.str = std::string(t_.substr(start, p_ - start));
-    char* end = nullptr;
-    v.num = std::strtod(v.str.c_str(), &end);
-    if (*end || !std::isfinite(v.num)) fail("bad number");
-    return v;
-  }
-  // A string with its escapes decoded (UTF-8 out).
-  std::string string() {
-    ++p_;  // opening quote
-    std::string out;
-    while (p_ < t_.size() && t_[p_] != '"') {
-      char c = t_[p_++];
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
-      if (c != '\\') {
-        out += c;
-        continue;
+      v.str = j.as_string();
+      break;
+    case Json::Kind::Array:
+      v.type = JVal::Arr;
+      for (const Json& item : j.items()) v.arr.push_back(to_jval(item));
+      break;
+    case Json::Kind::Object:
+      v.type = JVal::Obj;
+      for (const auto& [key, item] : j.members()) {
+        v.keys.push_back(key);
+        v.vals.push_back(to_jval(item));
       }
-      if (p_ >= t_.size()) fail("unfinished escape");
-      c = t_[p_++];
-      switch (c) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && lit("\\u")) {
-            const uint32_t lo = hex4();
-            if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          utf8(out, cp);
-          break;
-        }
-        default: fail("bad escape");
-      }
-    }
-    if (p_ >= t_.size()) fail("unterminated string");
-    ++p_;
-    return out;
+      break;
   }
-  uint32_t hex4() {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      if (p_ >= t_.size()) fail("bad \\u escape");
-      const char c = t_[p_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-      else fail("bad \\u escape");
-    }
-    return v;
-  }
-  static void utf8(std::string& o, uint32_t cp) {
-    if (cp < 0x80) {
-      o += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      o += static_cast<char>(0xC0 | (cp >> 6));
-      o += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      o += static_cast<char>(0xE0 | (cp >> 12));
-      o += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      o += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      o += static_cast<char>(0xF0 | (cp >> 18));
-      o += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      o += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      o += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-  std::string_view t_;
-  size_t p_ = 0;
-};
+  return v;
+}
 
 // The JSON text of a value, compact (for const / enum literals).
 std::string to_json(const JVal& v) {
@@ -922,7 +776,7 @@ class SchemaConverter {
 
 std::string json_schema_to_gbnf(std::string_view schema) {
   if (schema.size() > (1u << 20)) raise(Status::InvalidArgument, "json schema: longer than 1 MiB");
-  const JVal root = JsonReader(schema).document();
+  const JVal root = to_jval(Json::parse(schema, "json schema", Status::InvalidArgument));
   return SchemaConverter(root).run();
 }
 

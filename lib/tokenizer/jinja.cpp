@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace infer::jinja {
 
@@ -250,167 +251,27 @@ void json_dump(std::string& out, const Value& v, int indent, int level, size_t l
   }
 }
 
-struct JsonParser {
-  std::string_view s;
-  size_t p = 0;
-  int depth = 0;
-
-  [[noreturn]] void error(const char* what) {
-    raise(Status::InvalidArgument, "JSON: %s at byte %zu", what, p);
-  }
-  void ws() {
-    while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\n' || s[p] == '\r')) ++p;
-  }
-  bool lit(const char* w) {
-    const size_t n = std::strlen(w);
-    if (s.substr(p, n) != w) return false;
-    p += n;
-    return true;
-  }
-  uint32_t hex4() {
-    if (p + 4 > s.size()) error("short \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = s[p++];
-      v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-      else error("bad \\u escape");
+// A parsed JSON value (core/json.h) as a template value: objects keep their
+// keys' order (a repeated key: the last value), integers stay integers.
+Value from_json_value(const Json& j) {
+  switch (j.kind()) {
+    case Json::Kind::Null: return Value::none();
+    case Json::Kind::Bool: return Value(j.as_bool());
+    case Json::Kind::Number: return j.is_int() ? Value(j.as_int()) : Value(j.as_double());
+    case Json::Kind::String: return Value(j.as_string());
+    case Json::Kind::Array: {
+      Value v = Value::array();
+      for (const Json& item : j.items()) v.push(from_json_value(item));
+      return v;
     }
-    return v;
-  }
-  std::string string() {
-    ++p;  // "
-    std::string out;
-    while (true) {
-      if (p >= s.size()) error("unterminated string");
-      const char c = s[p++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) error("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (p >= s.size()) error("unterminated escape");
-      const char e = s[p++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp < 0xDC00 && s.substr(p, 2) == "\\u") {
-            const size_t save = p;
-            p += 2;
-            const uint32_t lo = hex4();
-            if (lo >= 0xDC00 && lo < 0xE000) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            else p = save;
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default: error("bad escape");
-      }
+    case Json::Kind::Object: {
+      Value v = Value::object();
+      for (const auto& [key, item] : j.members()) v.set(key, from_json_value(item));
+      return v;
     }
   }
-  Value value() {
-    ws();
-    if (p >= s.size()) error("unexpected end");
-    if (++depth > 256) error("nesting too deep");
-    Value v;
-    const char c = s[p];
-    if (c == '{') {
-      ++p;
-      v = Value::object();
-      ws();
-      if (p < s.size() && s[p] == '}') {
-        ++p;
-      } else {
-        while (true) {
-          ws();
-          if (p >= s.size() || s[p] != '"') error("expected a key");
-          std::string key = string();
-          ws();
-          if (p >= s.size() || s[p] != ':') error("expected ':'");
-          ++p;
-          v.set(key, value());
-          ws();
-          if (p < s.size() && s[p] == ',') {
-            ++p;
-            continue;
-          }
-          if (p < s.size() && s[p] == '}') {
-            ++p;
-            break;
-          }
-          error("expected ',' or '}'");
-        }
-      }
-    } else if (c == '[') {
-      ++p;
-      v = Value::array();
-      ws();
-      if (p < s.size() && s[p] == ']') {
-        ++p;
-      } else {
-        while (true) {
-          v.push(value());
-          ws();
-          if (p < s.size() && s[p] == ',') {
-            ++p;
-            continue;
-          }
-          if (p < s.size() && s[p] == ']') {
-            ++p;
-            break;
-          }
-          error("expected ',' or ']'");
-        }
-      }
-    } else if (c == '"') {
-      v = Value(string());
-    } else if (lit("true")) {
-      v = Value(true);
-    } else if (lit("false")) {
-      v = Value(false);
-    } else if (lit("null")) {
-      v = Value::none();
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      const size_t b = p;
-      if (s[p] == '-') ++p;
-      bool is_float = false;
-      while (p < s.size() && ((s[p] >= '0' && s[p] <= '9') || s[p] == '.' || s[p] == 'e' || s[p] == 'E' ||
-                              ((s[p] == '+' || s[p] == '-') && (s[p - 1] == 'e' || s[p - 1] == 'E')))) {
-        if (s[p] == '.' || s[p] == 'e' || s[p] == 'E') is_float = true;
-        ++p;
-      }
-      const std::string num(s.substr(b, p - b));
-      if (!is_float) {
-        int64_t i = 0;
-        auto r = std::from_chars(num.data(), num.data() + num.size(), i);
-        if (r.ec == std::errc() && r.ptr == num.data() + num.size()) {
-          v = Value(i);
-          --depth;
-          return v;
-        }
-      }
-      char* end = nullptr;
-      const double d = std::strtod(num.c_str(), &end);
-      if (end != num.c_str() + num.size() || num == "-") error("bad number");
-      v = Value(d);
-    } else {
-      error("unexpected character");
-    }
-    --depth;
-    return v;
-  }
-};
+  return Value::none();
+}
 
 }  // namespace
 
@@ -452,11 +313,7 @@ Value Value::callable(std::shared_ptr<Callable> fn) {
 }
 
 Value Value::from_json(std::string_view json) {
-  JsonParser p{json};
-  Value v = p.value();
-  p.ws();
-  if (p.p != json.size()) p.error("trailing characters");
-  return v;
+  return from_json_value(Json::parse(json, "JSON text", Status::InvalidArgument));
 }
 
 void Value::set(const std::string& key, Value v) {

@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "hf/hf.h"
-#include "hf/json.h"
+#include "core/json.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         infer::hf::tokenizer_metadata(tj, tc, "", 0);
         break;
       }
-      default: infer::hf::Json::parse(text, "fuzz.json"); break;
+      default: infer::Json::parse(text, "fuzz.json"); break;
     }
   } catch (const infer::Error&) {
   }

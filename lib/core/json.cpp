@@ -1,4 +1,4 @@
-#include "hf/json.h"
+#include "core/json.h"
 
 #include <cerrno>
 #include <cmath>
@@ -8,7 +8,6 @@
 #include "core/error.h"
 
 namespace infer {
-namespace hf {
 
 const char* json_kind_name(Json::Kind k) {
   switch (k) {
@@ -31,7 +30,7 @@ const Json* Json::find(std::string_view key) const {
 
 class JsonParser {
  public:
-  JsonParser(std::string_view t, const char* what) : t_(t), what_(what) {}
+  JsonParser(std::string_view t, const char* what, Status status) : t_(t), what_(what), status_(status) {}
 
   Json document() {
     Json v = value(0);
@@ -42,7 +41,7 @@ class JsonParser {
 
  private:
   [[noreturn]] void fail(const char* msg) const {
-    raise(Status::Format, "%s: invalid JSON at byte %zu: %s", what_, p_, msg);
+    raise(status_, "%s: invalid JSON at byte %zu: %s", what_, p_, msg);
   }
   void skip_ws() {
     while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\t' || t_[p_] == '\n' || t_[p_] == '\r')) ++p_;
@@ -128,6 +127,7 @@ class JsonParser {
     const std::string text(t_.substr(start, p_ - start));
     Json v;
     v.kind_ = Json::Kind::Number;
+    v.s_ = text;
     v.d_ = std::strtod(text.c_str(), nullptr);  // may be +-inf for huge values: checked by users
     if (integral) {
       errno = 0;
@@ -239,13 +239,13 @@ class JsonParser {
 
   std::string_view t_;
   const char* what_;
+  Status status_;
   size_t p_ = 0;
 };
 
-Json Json::parse(std::string_view text, const char* what) {
-  JsonParser p(text, what);
+Json Json::parse(std::string_view text, const char* what, Status status) {
+  JsonParser p(text, what, status);
   return p.document();
 }
 
-}  // namespace hf
 }  // namespace infer

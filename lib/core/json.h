@@ -1,9 +1,11 @@
-// A small JSON reader for the Hugging Face files (config.json, safetensors
-// headers, model.safetensors.index.json, tokenizer.json,
-// tokenizer_config.json). Strict RFC 8259 syntax, nesting limited to
-// kMaxDepth, strings validated as UTF-8 (\u escapes with surrogate pairs
-// decoded); integers without fraction or exponent that fit int64 are kept
-// exact. Any defect is Error(Format) naming `what` and the byte offset.
+// The library's one JSON reader: the Hugging Face files (config.json,
+// safetensors headers, model.safetensors.index.json, tokenizer.json,
+// tokenizer_config.json), JSON schemas for constrained output, and the
+// conversations given to chat templates. Strict RFC 8259 syntax, nesting
+// limited to kMaxDepth, strings validated as UTF-8 (\u escapes with
+// surrogate pairs decoded); integers without fraction or exponent that fit
+// int64 are kept exact, and every number keeps its own text. Any defect is
+// Error(status) naming `what` and the byte offset.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+
 namespace infer {
-namespace hf {
 
 class Json {
  public:
@@ -22,7 +25,7 @@ class Json {
   static constexpr int kMaxDepth = 128;
 
   // Parses a whole document (only whitespace may follow the value).
-  static Json parse(std::string_view text, const char* what);
+  static Json parse(std::string_view text, const char* what, Status status = Status::Format);
 
   Kind kind() const { return kind_; }
   bool is_null() const { return kind_ == Kind::Null; }
@@ -37,6 +40,8 @@ class Json {
   double as_double() const { return d_; }
   int64_t as_int() const { return i_; }
   const std::string& as_string() const { return s_; }
+  // A number as it was written (e.g. "1.50", "-0", "1e3").
+  const std::string& number_text() const { return s_; }
   const std::vector<Json>& items() const { return arr_; }                          // Array
   const std::vector<std::pair<std::string, Json>>& members() const { return obj_; }  // Object
   // Object member (the last one of that name), nullptr when absent or not an object.
@@ -48,12 +53,11 @@ class Json {
   bool b_ = false, is_int_ = false;
   double d_ = 0;
   int64_t i_ = 0;
-  std::string s_;
+  std::string s_;  // String: the value; Number: its text
   std::vector<Json> arr_;
   std::vector<std::pair<std::string, Json>> obj_;
 };
 
 const char* json_kind_name(Json::Kind k);
 
-}  // namespace hf
 }  // namespace infer
