@@ -303,20 +303,23 @@ int32_t Sampler::sample(std::vector<float>& logits, const std::vector<int32_t>& 
       }
     }
   }
+  after_draw(t);
+  return t;
+}
+
+void Sampler::after_draw(int32_t t) {
   if (matcher_ && !params_.grammar->is_eog[static_cast<size_t>(t)])
     matcher_->advance(params_.grammar->pieces[static_cast<size_t>(t)]);
   if (params_.logprobs >= 0 && logprobs_sink_) logprobs_sink_(logprobs_of(raw_, t, params_.logprobs));
-  return t;
 }
 
 void Sampler::accept(int32_t t, const float* raw_logits) {
   if (t < 0 || t >= n_vocab_) raise(Status::InvalidArgument, "sampling: token %d outside the vocabulary", t);
-  if (matcher_ && !params_.grammar->is_eog[static_cast<size_t>(t)])
-    matcher_->advance(params_.grammar->pieces[static_cast<size_t>(t)]);
-  if (params_.logprobs >= 0 && logprobs_sink_ && raw_logits) {
+  if (params_.logprobs >= 0) {
+    if (!raw_logits) raise(Status::InvalidArgument, "sampling: accept() needs the raw logits for log-probabilities");
     raw_.assign(raw_logits, raw_logits + n_vocab_);
-    logprobs_sink_(logprobs_of(raw_, t, params_.logprobs));
   }
+  after_draw(t);
 }
 
 TokenLogprobs logprobs_of(const std::vector<float>& logits, int32_t token, int32_t k) {

@@ -105,6 +105,9 @@ class Sampler {
 
  private:
   void apply_grammar(std::vector<float>& logits) const;
+  // After a token is chosen: the grammar moves past it, its log-probabilities
+  // (from raw_) go to the sink.
+  void after_draw(int32_t t);
   SamplingParams params_;
   std::unique_ptr<GrammarMatcher> matcher_;
   std::function<void(TokenLogprobs&&)> logprobs_sink_;
