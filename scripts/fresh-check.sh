@@ -7,8 +7,9 @@
 #
 # It builds the root with Debian's mmdebstrap (installed on the host when
 # missing), copies the working tree (tracked and untracked files that git does
-# not ignore) to /src/main and ../shared to /src/shared, mounts /proc, /sys and
-# /dev, and runs the command there as root through chroot. The CUDA toolkit
+# not ignore) to /src/main and ../shared to /src/shared, mounts /proc, /sys, a
+# /dev of its own and the host's /dev/pts, and runs the command there as root
+# through chroot. The CUDA toolkit
 # that the development machines keep at /usr/local/cuda (not a Debian package)
 # is bind-mounted read-only when present, so the CUDA backend is still compiled.
 # The root is deleted afterwards (INFER_FRESH_KEEP=1 keeps it and prints where).
@@ -89,8 +90,20 @@ bind() {  # bind SRC DST [ro]
 }
 mount -t proc proc "$rootfs/proc"; mounted+=("$rootfs/proc")
 mount -t sysfs sysfs "$rootfs/sys"; mounted+=("$rootfs/sys")
-bind /dev "$rootfs/dev"
+# /dev of its own (a tmpfs with the nodes a build and its tests use), not the
+# host's /dev bound in: whatever happens to the root (a stray rm -rf through
+# a mount that outlived a killed run) cannot reach the host's device nodes.
+mount -t tmpfs -o mode=755 tmpfs "$rootfs/dev"; mounted+=("$rootfs/dev")
+for n in "null 1 3" "zero 1 5" "full 1 7" "random 1 8" "urandom 1 9" "tty 5 0" "ptmx 5 2"; do
+  read -r node major minor <<<"$n"
+  mknod -m 666 "$rootfs/dev/$node" c "$major" "$minor"
+done
+ln -s /proc/self/fd "$rootfs/dev/fd"
+ln -s /proc/self/fd/0 "$rootfs/dev/stdin"
+ln -s /proc/self/fd/1 "$rootfs/dev/stdout"
+ln -s /proc/self/fd/2 "$rootfs/dev/stderr"
 bind /dev/pts "$rootfs/dev/pts"
+mkdir -p "$rootfs/dev/shm"
 mount -t tmpfs -o mode=1777 tmpfs "$rootfs/dev/shm"; mounted+=("$rootfs/dev/shm")
 if [ -d /usr/local/cuda ]; then
   bind "$(readlink -f /usr/local/cuda)" "$rootfs/usr/local/cuda" ro
