@@ -159,50 +159,6 @@ inline MatmulArgs rows_from(const MatmulArgs& a, int64_t i0, QActs& qa) {
 
 // ---- weights in their file layout, one row at a time -----------------------------------
 
-// Each weight row of [r0, r1) against the rows of x in tiles of up to K::kRows
-// (block formats without panels, and F32 dot products for small m):
-// K::template run<NX>(const MatmulArgs& a, const uint8_t* w_row, int64_t i0,
-//                     float* y): y[r * n_out] = x[i0 + r] · w_row, r < NX.
-template <class K>
-void row_tiles(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const WeightView& w = *a.w;
-  for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* wr = w.row(r);
-    for (int64_t i = 0; i < a.m; i += K::kRows) {
-      float* y = a.y + i * w.n_out + r;
-      const int nx = static_cast<int>(std::min<int64_t>(K::kRows, a.m - i));
-      with_rows<K::kRows>(nx, [&](auto NX) { K::template run<decltype(NX)::value>(a, wr, i, y); });
-    }
-  }
-}
-
-// ---- float weights in their file layout (F32), for larger m ----------------------------
-
-// Converted panels, for larger m: kCols rows of W converted to f32 and
-// transposed into the thread's scratch, then a register-tile micro-kernel:
-// K::scratch(int64_t n_in)  floats of scratch a panel needs;
-// K::convert(const WeightView&, int64_t c0, float* dst) rows [c0, c0 + kCols);
-// K::template run<NX>(const float* panel, int64_t n, const float* x, int64_t ldx,
-//                     float* out /*[NX][kCols]*/).
-template <class K>
-void float_panel_gemm(const MatmulArgs& a, int64_t r0, int64_t r1) {
-  const WeightView& w = *a.w;
-  const int64_t n = w.n_in;
-  float* buf = thread_scratch(K::scratch(n));
-  alignas(64) float out[K::kRows * K::kCols];
-  for (int64_t c0 = r0; c0 < r1; c0 += K::kCols) {
-    K::convert(w, c0, buf);
-    const int nc = static_cast<int>(std::min<int64_t>(K::kCols, r1 - c0));
-    for (int64_t i = 0; i < a.m; i += K::kRows) {
-      const int nx = static_cast<int>(std::min<int64_t>(K::kRows, a.m - i));
-      with_rows<K::kRows>(nx, [&](auto NX) { K::template run<decltype(NX)::value>(buf, n, a.x + i * n, n, out); });
-      copy_rows(out, K::kCols, nx, nc, a.y + i * w.n_out + c0, w.n_out);
-    }
-  }
-}
-
-// m at and above which F32 weights go through converted panels.
-constexpr int64_t kFloatGemmMinRows = 16;
 
 // ---- FP panels (F16, BF16; kFpPanelRows rows of W transposed) --------------------------
 

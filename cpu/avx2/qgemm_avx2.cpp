@@ -10,9 +10,10 @@
 //    at once (maddubs), and the per-block scale of the 8 rows is one vector.
 //  - Panels with high bits (Q5_0, Q5_1, Q5_K, Q6_K): the K4 nibbles plus a
 //    plane of 5th (6th) bits OR-ed in before the same maddubs products.
-//  - Float formats (F32, F16, BF16): dot products for small m; for larger m
-//    a 16-row panel converted to f32 and transposed ([k][16]) feeds a
-//    4 x 16 FMA micro-kernel.
+//  - Float formats (F32, F16, BF16): 32-row panels transposed at load
+//    ([k][32], the file's element type); every m accumulates each output over
+//    k in order (the whole panel for m <= 2, halves of 16 against up to 6
+//    rows of x otherwise), so rows are batch invariant.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -579,120 +580,6 @@ struct KqFull {
     kq_panel<NX, S, 2>(P, p, 0, q, i, o);
   }
   static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
-};
-
-// ---- float formats -------------------------------------------------------------------------
-
-struct LoadF32 {
-  static constexpr int kBytes = 4;
-  static __m256 load8(const uint8_t* row, int64_t k) { return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k); }
-  static float at(const uint8_t* row, int64_t k) { return reinterpret_cast<const float*>(row)[k]; }
-};
-
-// Dot products of one weight row with NX rows of x.
-template <class L, int NX>
-void float_rows_dot(const uint8_t* wr, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy) {
-  __m256 acc[NX][2];
-  for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  const int pf = NX == 1 ? prefetch_distance() : 0;
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    if (pf && (k * L::kBytes) % 64 == 0)
-      _mm_prefetch(reinterpret_cast<const char*>(wr) + k * L::kBytes + pf, _MM_HINT_T0);
-    const __m256 w0 = L::load8(wr, k), w1 = L::load8(wr, k + 8);
-    for (int r = 0; r < NX; ++r) {
-      acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + k), acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * ldx + k + 8), acc[r][1]);
-    }
-  }
-  for (; k + 8 <= n; k += 8) {
-    const __m256 w0 = L::load8(wr, k);
-    for (int r = 0; r < NX; ++r) acc[r][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + k), acc[r][0]);
-  }
-  for (int r = 0; r < NX; ++r) {
-    float s = hsum(_mm256_add_ps(acc[r][0], acc[r][1]));
-    for (int64_t j = k; j < n; ++j) s += L::at(wr, j) * x[r * ldx + j];
-    y[r * ldy] = s;
-  }
-}
-
-// 8 x 8 transpose of floats held in r[0..7] (row i of the result = column i).
-inline void transpose8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
-// Rows [c0, c0 + 16) of w (zero past n_out) as f32, transposed: dst[k * 16 + j].
-template <class L>
-void convert_panel(const WeightView& w, int64_t c0, float* dst) {
-  const int64_t n = w.n_in;
-  const int valid = static_cast<int>(std::min<int64_t>(16, w.n_out - c0));
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int h = 0; h < 2; ++h) {
-      __m256 r[8];
-      for (int j = 0; j < 8; ++j) {
-        const int row = 8 * h + j;
-        r[j] = row < valid ? L::load8(w.row(c0 + row), k) : _mm256_setzero_ps();
-      }
-      transpose8(r);
-      for (int j = 0; j < 8; ++j) _mm256_store_ps(dst + (k + j) * 16 + 8 * h, r[j]);
-    }
-  }
-  for (; k < n; ++k)
-    for (int j = 0; j < 16; ++j) dst[k * 16 + j] = j < valid ? L::at(w.row(c0 + j), k) : 0.0f;
-}
-
-// y[i][c0 .. c0+16) for NX rows of x against a converted panel.
-template <int NX>
-void float_panel_kernel(const float* panel, int64_t n, const float* x, int64_t ldx, float* out /*[NX][16]*/) {
-  __m256 acc[NX][2];
-  for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < n; ++k) {
-    const __m256 b0 = _mm256_load_ps(panel + 16 * k), b1 = _mm256_load_ps(panel + 16 * k + 8);
-    for (int r = 0; r < NX; ++r) {
-      const __m256 xv = _mm256_broadcast_ss(x + r * ldx + k);
-      acc[r][0] = _mm256_fmadd_ps(xv, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(xv, b1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < NX; ++r) {
-    _mm256_storeu_ps(out + 16 * r, acc[r][0]);
-    _mm256_storeu_ps(out + 16 * r + 8, acc[r][1]);
-  }
-}
-
-// The F32 micro-kernels as cpu/gemm_driver.h's float drivers take them.
-struct F32Dot {
-  static constexpr int kRows = 4;
-  template <int NX>
-  static void run(const MatmulArgs& a, const uint8_t* wr, int64_t i, float* y) {
-    const int64_t n = a.w->n_in;
-    float_rows_dot<LoadF32, NX>(wr, a.x + i * n, n, n, y, a.w->n_out);
-  }
-};
-struct F32Panel {
-  static constexpr int kCols = 16, kRows = 4;
-  static size_t scratch(int64_t n) { return static_cast<size_t>(n) * kCols; }
-  static void convert(const WeightView& w, int64_t c0, float* dst) { convert_panel<LoadF32>(w, c0, dst); }
-  template <int NX>
-  static void run(const float* panel, int64_t n, const float* x, int64_t ldx, float* out) {
-    float_panel_kernel<NX>(panel, n, x, ldx, out);
-  }
 };
 
 // ---- FP panels (F16, BF16): 32 rows of W transposed; AVX2 works on halves of 16 ----------

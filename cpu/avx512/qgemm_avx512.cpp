@@ -12,8 +12,8 @@
 //    rows; for W8A8 from the row sums stored in the panel).
 //    Q5_0, Q5_1, Q5_K, Q6_K: K4 panels with a plane of high bits OR-ed into
 //    the nibbles before the same vpdpbusd.
-//  - Float formats: dot products for small m; for larger m, 32-row panels
-//    converted to f32 and transposed feed a 6 x 32 FMA micro-kernel.
+//  - Float formats (F32, F16, BF16): 32-row panels transposed at load,
+//    each output accumulated over k in order at every m (batch invariant).
 // GCC 12 warns about its own intrinsic headers (_mm512_undefined_* inside
 // cvtph / reduce helpers): a known false positive.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -267,128 +267,6 @@ struct K8 : Store16 {
   template <int NX>
   static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
     k8_panel<NX, PerRow>(P, p, q, i, o);
-  }
-};
-
-
-// ---- float formats -----------------------------------------------------------------------
-
-struct LoadF32 {
-  static constexpr int kBytes = 4;
-  static __m512 load16(const uint8_t* row, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + k); }
-  static __m512 load16_mask(const uint8_t* row, int64_t k, __mmask16 m) {
-    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
-  }
-};
-
-template <class L, int NX>
-void float_rows_dot(const uint8_t* wr, const float* x, int64_t n, int64_t ldx, float* y, int64_t ldy) {
-  __m512 acc[NX][2];
-  for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  const int pf = NX == 1 ? prefetch_distance() : 0;
-  int64_t k = 0;
-  for (; k + 32 <= n; k += 32) {
-    if (pf) _mm_prefetch(reinterpret_cast<const char*>(wr) + k * L::kBytes + pf, _MM_HINT_T0);
-    const __m512 w0 = L::load16(wr, k), w1 = L::load16(wr, k + 16);
-    for (int r = 0; r < NX; ++r) {
-      acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + r * ldx + k), acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + r * ldx + k + 16), acc[r][1]);
-    }
-  }
-  for (; k < n; k += 16) {
-    const __mmask16 m = n - k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - k)) - 1);
-    const __m512 w0 = L::load16_mask(wr, k, m);
-    for (int r = 0; r < NX; ++r)
-      acc[r][0] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x + r * ldx + k), acc[r][0]);
-  }
-  for (int r = 0; r < NX; ++r) y[r * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
-}
-
-// 16 x 16 transpose of floats in r[0..15].
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  // Now r[4q + j] holds, in each 128-bit lane L, elements (4q..4q+3, col 4L + j')
-  // of rows; combine 128-bit lanes across groups of 4.
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0x88);
-    t[4 + i] = _mm512_shuffle_f32x4(r[i], r[4 + i], 0xDD);
-    t[8 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0x88);
-    t[12 + i] = _mm512_shuffle_f32x4(r[8 + i], r[12 + i], 0xDD);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-    r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xDD);
-    r[4 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0x88);
-    r[12 + i] = _mm512_shuffle_f32x4(t[4 + i], t[12 + i], 0xDD);
-  }
-}
-
-constexpr int kFloatPanel = 32;  // weight rows per converted panel
-
-// Rows [c0, c0 + 32) of w (zero past n_out) as f32, transposed: dst[k * 32 + j].
-template <class L>
-void convert_panel(const WeightView& w, int64_t c0, float* dst) {
-  const int64_t n = w.n_in;
-  const int valid = static_cast<int>(std::min<int64_t>(kFloatPanel, w.n_out - c0));
-  for (int64_t k = 0; k < n; k += 16) {
-    const __mmask16 m = n - k >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - k)) - 1);
-    const int kn = static_cast<int>(std::min<int64_t>(16, n - k));
-    for (int h = 0; h < kFloatPanel / 16; ++h) {
-      __m512 r[16];
-      for (int j = 0; j < 16; ++j) {
-        const int row = 16 * h + j;
-        r[j] = row < valid ? L::load16_mask(w.row(c0 + row), k, m) : _mm512_setzero_ps();
-      }
-      transpose16(r);
-      for (int j = 0; j < kn; ++j) _mm512_store_ps(dst + (k + j) * kFloatPanel + 16 * h, r[j]);
-    }
-  }
-}
-
-template <int NX>
-void float_panel_kernel(const float* panel, int64_t n, const float* x, int64_t ldx, float* out /*[NX][32]*/) {
-  __m512 acc[NX][2];
-  for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < n; ++k) {
-    const __m512 b0 = _mm512_load_ps(panel + kFloatPanel * k), b1 = _mm512_load_ps(panel + kFloatPanel * k + 16);
-    for (int r = 0; r < NX; ++r) {
-      const __m512 xv = _mm512_set1_ps(x[r * ldx + k]);
-      acc[r][0] = _mm512_fmadd_ps(xv, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(xv, b1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < NX; ++r) {
-    _mm512_storeu_ps(out + 32 * r, acc[r][0]);
-    _mm512_storeu_ps(out + 32 * r + 16, acc[r][1]);
-  }
-}
-
-// The F32 micro-kernels as cpu/gemm_driver.h's float drivers take them.
-struct F32Dot {
-  static constexpr int kRows = 4;
-  template <int NX>
-  static void run(const MatmulArgs& a, const uint8_t* wr, int64_t i, float* y) {
-    const int64_t n = a.w->n_in;
-    float_rows_dot<LoadF32, NX>(wr, a.x + i * n, n, n, y, a.w->n_out);
-  }
-};
-struct F32Panel {
-  static constexpr int kCols = kFloatPanel, kRows = 6;
-  static size_t scratch(int64_t n) { return static_cast<size_t>((n + 15) / 16 * 16) * kFloatPanel; }
-  static void convert(const WeightView& w, int64_t c0, float* dst) { convert_panel<LoadF32>(w, c0, dst); }
-  template <int NX>
-  static void run(const float* panel, int64_t n, const float* x, int64_t ldx, float* out) {
-    float_panel_kernel<NX>(panel, n, x, ldx, out);
   }
 };
 
