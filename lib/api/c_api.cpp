@@ -793,8 +793,10 @@ infer_status infer_request_next_text(infer_request* request, int32_t timeout_ms,
       // tokens past those already reflected in what was read.
       std::unique_lock<std::mutex> lock(r.mutex());
       const bool have = r.text().size() > request->text_read || r.finished();
+      // The token count is read under the lock: the engine thread appends.
+      const size_t seen = static_cast<size_t>(r.n_generated());
       lock.unlock();
-      if (!have) r.wait_for(static_cast<size_t>(r.n_generated()), timeout_ms);
+      if (!have) r.wait_for(seen, timeout_ms);
     }
     std::lock_guard<std::mutex> lock(r.mutex());
     const std::string& text = r.text();

@@ -108,7 +108,10 @@ class Request {
   // A follower of an n > 1 family starts from its leader's prompt rows.
   void copy_prompt_outputs(const Request& leader);
   void mark_scheduled(int32_t n_cached);
-  void note_preemption() { ++n_preemptions_; }
+  void note_preemption() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++n_preemptions_;
+  }
   void note_spec_step(int32_t drafted, int32_t accepted) {
     std::lock_guard<std::mutex> lock(mu_);
     spec_.add_step(drafted, accepted);
