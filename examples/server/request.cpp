@@ -1,5 +1,6 @@
 #include "request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -146,6 +147,120 @@ std::string message_content(const json& v, const std::string& where) {
   return out;
 }
 
+// An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}].
+std::vector<ChatMessage::ToolCall> tool_calls(const json& v, const std::string& where) {
+  if (!v.is_array()) wrong_type(where, v, "an array");
+  std::vector<ChatMessage::ToolCall> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& c = v[i];
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    if (!c.is_object()) wrong_type(w, c, "an object");
+    ChatMessage::ToolCall tc;
+    if (const json* id = field(c, "id")) {
+      if (!id->is_string()) wrong_type(w + ".id", *id, "a string");
+      tc.id = id->get<std::string>();
+    }
+    if (const json* t = field(c, "type"); t && (!t->is_string() || *t != "function"))
+      fail(w + ".type", "'" + w + ".type' must be \"function\"");
+    const json* f = field(c, "function");
+    if (!f) fail(w + ".function", "'" + w + ".function' is required", "missing_required_parameter");
+    if (!f->is_object()) wrong_type(w + ".function", *f, "an object");
+    const json* name = field(*f, "name");
+    if (!name) fail(w + ".function.name", "'" + w + ".function.name' is required", "missing_required_parameter");
+    if (!name->is_string()) wrong_type(w + ".function.name", *name, "a string");
+    tc.name = name->get<std::string>();
+    const json* args = field(*f, "arguments");
+    if (!args) {
+      tc.arguments = "{}";
+    } else if (args->is_string()) {
+      // The API's shape: the arguments as JSON text. Templates read them as
+      // an object, so the text must parse.
+      const json a = json::parse(args->get<std::string>(), nullptr, false);
+      if (a.is_discarded() || !a.is_object())
+        fail(w + ".function.arguments", "'" + w + ".function.arguments' must be a JSON object serialised as a string");
+      tc.arguments = args->get<std::string>();
+    } else if (args->is_object()) {
+      tc.arguments = args->dump();
+    } else {
+      wrong_type(w + ".function.arguments", *args, "a string");
+    }
+    out.push_back(std::move(tc));
+  }
+  return out;
+}
+
+// tools, tool_choice, parallel_tool_calls.
+void parse_tools(const json& j, CompletionRequest& r) {
+  const json* tools = field(j, "tools");
+  if (tools) {
+    if (!tools->is_array()) wrong_type("tools", *tools, "an array");
+    if (tools->size() > 1024) fail("tools", "too many tools");
+    json norm = json::array();
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const json& t = (*tools)[i];
+      const std::string w = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object()) wrong_type(w, t, "an object");
+      const json* type = field(t, "type");
+      if (!type) fail(w + ".type", "'" + w + ".type' is required", "missing_required_parameter");
+      if (!type->is_string() || *type != "function")
+        fail(w + ".type", "'" + w + ".type' must be \"function\" (the only tool type supported)");
+      const json* f = field(t, "function");
+      if (!f) fail(w + ".function", "'" + w + ".function' is required", "missing_required_parameter");
+      if (!f->is_object()) wrong_type(w + ".function", *f, "an object");
+      const json* name = field(*f, "name");
+      if (!name) fail(w + ".function.name", "'" + w + ".function.name' is required", "missing_required_parameter");
+      if (!name->is_string()) wrong_type(w + ".function.name", *name, "a string");
+      const std::string n = name->get<std::string>();
+      if (n.empty() || n.size() > 64) fail(w + ".function.name", "'" + w + ".function.name' must have 1 to 64 characters");
+      for (const std::string& other : r.tool_names)
+        if (other == n) fail(w + ".function.name", "two tools are named '" + n + "'");
+      json fn = {{"name", n}};
+      if (const json* d = field(*f, "description")) {
+        if (!d->is_string()) wrong_type(w + ".function.description", *d, "a string");
+        fn["description"] = *d;
+      }
+      if (const json* p = field(*f, "parameters")) {
+        if (!p->is_object()) wrong_type(w + ".function.parameters", *p, "an object (a JSON schema)");
+        fn["parameters"] = *p;
+      }
+      if (const json* s = field(*f, "strict")) {
+        if (!s->is_boolean()) wrong_type(w + ".function.strict", *s, "a boolean");
+      }
+      r.tool_names.push_back(n);
+      norm.push_back({{"type", "function"}, {"function", fn}});
+    }
+    if (!norm.empty()) r.tools_json = norm.dump();
+  }
+  if (auto p = boolean(j, "parallel_tool_calls")) r.parallel_tool_calls = *p;
+  const json* tc = field(j, "tool_choice");
+  if (!tc) {
+    r.tool_choice = r.tool_names.empty() ? ToolChoice::None : ToolChoice::Auto;
+    return;
+  }
+  if (tc->is_string()) {
+    const std::string s = tc->get<std::string>();
+    if (s == "none") r.tool_choice = ToolChoice::None;
+    else if (s == "auto") r.tool_choice = ToolChoice::Auto;
+    else if (s == "required") r.tool_choice = ToolChoice::Required;
+    else fail("tool_choice", "tool_choice '" + s + "' is not supported (none, auto, required, or {\"type\": \"function\", \"function\": {\"name\": ...}})");
+  } else if (tc->is_object()) {
+    const json* type = field(*tc, "type");
+    if (!type || !type->is_string() || *type != "function") fail("tool_choice.type", "'tool_choice.type' must be \"function\"");
+    const json* f = field(*tc, "function");
+    if (!f || !f->is_object()) fail("tool_choice.function", "'tool_choice.function' must be an object with a name");
+    const json* name = field(*f, "name");
+    if (!name || !name->is_string()) fail("tool_choice.function.name", "'tool_choice.function.name' must be a string");
+    r.tool_choice = ToolChoice::Named;
+    r.tool_choice_name = name->get<std::string>();
+    if (std::find(r.tool_names.begin(), r.tool_names.end(), r.tool_choice_name) == r.tool_names.end())
+      fail("tool_choice", "tool_choice names '" + r.tool_choice_name + "', which is not among the tools");
+  } else {
+    wrong_type("tool_choice", *tc, "a string or an object");
+  }
+  if (r.tool_choice == ToolChoice::Required && r.tool_names.empty()) fail("tool_choice", "tool_choice 'required' needs 'tools'");
+  if (r.tool_names.empty()) r.tool_choice = ToolChoice::None;
+}
+
 std::vector<int32_t> token_array(const json& v, const std::string& where) {
   std::vector<int32_t> out;
   for (const json& t : v) {
@@ -179,13 +294,29 @@ CompletionRequest parse(const std::string& body, Endpoint endpoint, const Limits
       if (!role->is_string()) wrong_type(where + ".role", *role, "a string");
       std::string rs = role->get<std::string>();
       if (rs == "developer") rs = "system";
-      if (rs != "system" && rs != "user" && rs != "assistant")
-        fail(where + ".role", "role '" + rs + "' is not supported (system, developer, user, assistant)");
+      if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool")
+        fail(where + ".role", "role '" + rs + "' is not supported (system, developer, user, assistant, tool)");
+      ChatMessage cm;
+      cm.role = rs;
+      if (const json* tc = field(m, "tool_calls"); tc && rs == "assistant") cm.tool_calls = tool_calls(*tc, where + ".tool_calls");
       auto it = m.find("content");
-      if (it == m.end() && rs != "assistant")
+      if ((it == m.end() || it->is_null()) && !(rs == "assistant"))
         fail(where + ".content", "'" + where + ".content' is required", "missing_required_parameter");
-      r.messages.push_back({rs, it == m.end() ? std::string() : message_content(*it, where + ".content")});
+      cm.content_null = (it == m.end() || it->is_null()) && !cm.tool_calls.empty();
+      if (it != m.end()) cm.content = message_content(*it, where + ".content");
+      if (rs == "tool") {
+        const json* id = field(m, "tool_call_id");
+        if (!id) fail(where + ".tool_call_id", "'" + where + ".tool_call_id' is required", "missing_required_parameter");
+        if (!id->is_string()) wrong_type(where + ".tool_call_id", *id, "a string");
+        cm.tool_call_id = id->get<std::string>();
+      }
+      if (const json* nm = field(m, "name")) {
+        if (!nm->is_string()) wrong_type(where + ".name", *nm, "a string");
+        cm.name = nm->get<std::string>();
+      }
+      r.messages.push_back(std::move(cm));
     }
+    parse_tools(j, r);
   } else {
     const json* p = field(j, "prompt");
     if (!p) fail("prompt", "'prompt' is required", "missing_required_parameter");

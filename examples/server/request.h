@@ -22,9 +22,22 @@ struct RequestError {
 };
 
 struct ChatMessage {
-  std::string role;  // system, user or assistant ("developer" is read as system)
+  std::string role;  // system, user, assistant or tool ("developer" is read as system)
   std::string content;
+  bool content_null = false;  // an assistant message with tool calls and no content
+  // assistant: its tool calls, each {id, type: "function", function: {name,
+  // arguments}} with arguments the JSON text the client gave (serialised
+  // when it gave an object).
+  struct ToolCall {
+    std::string id, name, arguments;
+  };
+  std::vector<ToolCall> tool_calls;
+  std::string tool_call_id;  // tool: the call it answers
+  std::string name;          // tool (or any role): the optional name
 };
+
+// tool_choice: "none", "auto" (the default), "required", or one named function.
+enum class ToolChoice { None, Auto, Required, Named };
 
 enum class Endpoint { Chat, Completion };
 
@@ -60,6 +73,14 @@ struct CompletionRequest {
   std::string json_schema;  // response_format json_schema: the schema, serialised
   std::string grammar;      // extension: a GBNF grammar
   std::string user;
+  // Function calling: the declared tools, as the JSON array of
+  // {type: "function", function: {name, description?, parameters?}} (checked;
+  // serialised), their names, and tool_choice.
+  std::string tools_json;
+  std::vector<std::string> tool_names;
+  ToolChoice tool_choice = ToolChoice::Auto;
+  std::string tool_choice_name;  // Named
+  bool parallel_tool_calls = true;
 };
 
 struct Limits {

@@ -3,7 +3,9 @@
 // cpp-httplib for HTTP and nlohmann-json for JSON.
 //
 // Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize,
-// /detokenize; GET /v1/models, /v1/models/{id}, /health, /metrics.
+// /detokenize, /apply-template; GET /v1/models, /v1/models/{id}, /health,
+// /metrics. Function calling (tools) renders the request's JSON with the
+// model's Jinja template and parses the reply (tool_calls.h).
 // Requests are parsed and checked by request.cpp, then submitted to one
 // engine whose thread batches every request in flight (continuous
 // batching, prefix caching). A reply streams as server-sent events or is
@@ -20,9 +22,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include <httplib.h>
@@ -31,6 +35,7 @@
 #include "../cli/cli.h"
 #include "metrics.h"
 #include "request.h"
+#include "tool_calls.h"
 
 namespace cli {
 namespace {
@@ -46,6 +51,7 @@ const FlagTable kServeFlags = kModelFlags + FlagTable{
     {"--api-key", "KEY", "none ($INFER_API_KEY)", "require 'Authorization: Bearer KEY' on every endpoint but /health"},
     {"--alias", "NAME", "the model file's name", "the model id clients see in /v1/models"},
     {"--template", "NAME", "the model's own, else chatml", "chat template for /v1/chat/completions"},
+    {"--chat-template-file", "FILE", "none", "a Jinja chat template to use instead of the model's (tools and tool calls need a Jinja template)"},
     {"--max-seqs, --parallel, -np", "N", "16", "sequences decoded together (and the most n per request)"},
     {"--max-batch-tokens", "N", "512", "tokens per forward step"},
 } + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
@@ -72,6 +78,13 @@ struct Server {
   std::string tmpl;             // the chat template's name
   bool own_template = false;    // render with the model's own text (its variations)
   std::vector<std::string> tmpl_stops;
+  // The Jinja template (the model's, or --chat-template-file): chat requests
+  // are rendered from their JSON (tools, tool calls, tool results) with it.
+  bool jinja = false;
+  std::string jinja_text;          // the template's text
+  std::string jinja_file_text;     // --chat-template-file: passed as the template itself
+  serve::ToolFormat tool_format = serve::ToolFormat::None;
+  bool string_arguments = false;   // the template concatenates function.arguments as text
   int32_t n_ctx = 0;
   int32_t n_vocab = 0;
   int64_t created = 0;
@@ -177,6 +190,8 @@ struct Choice {
   size_t lp_sent = 0;    // tokens whose log-probabilities were sent
   size_t text_sent = 0;  // bytes of text sent (completions' text_offset)
   std::string held;      // text received but not yet emitted (--stream-interval)
+  std::shared_ptr<serve::ToolCallParser> tools;  // streaming with tools: finds the calls
+  int32_t n_tool_calls = 0;                      // streaming: calls sent
   Clock::time_point last_emit{};
   infer_request_stats stats{};
 };
@@ -359,23 +374,184 @@ json usage_json(const Job& job) {
 
 // ---- building the request ----
 
-std::string render_chat(Server& srv, const std::vector<serve::ChatMessage>& msgs, serve::RequestError* err) {
+// The conversation as the Jinja template's variables, in the shapes Hugging
+// Face's apply_chat_template passes them: messages (role, content, and
+// tool_calls / tool_call_id / name where given), tools (unless tool_choice is
+// "none"), add_generation_prompt. Ordered: a template that serialises the
+// tools or the arguments (tojson) writes their keys in the client's order.
+std::string chat_context(const Server& srv, const serve::CompletionRequest& rq) {
+  using ojson = nlohmann::ordered_json;
+  ojson msgs = ojson::array();
+  for (const auto& m : rq.messages) {
+    ojson o = {{"role", m.role}};
+    o["content"] = m.content_null ? ojson(nullptr) : ojson(m.content);
+    if (!m.tool_calls.empty()) {
+      ojson calls = ojson::array();
+      for (const auto& c : m.tool_calls) {
+        ojson call = ojson::object();
+        if (!c.id.empty()) call["id"] = c.id;
+        call["type"] = "function";
+        // Object or text, as the template reads them (serve::template_wants_string_arguments).
+        call["function"] = {{"name", c.name},
+                            {"arguments", srv.string_arguments ? ojson(c.arguments) : ojson::parse(c.arguments)}};
+        calls.push_back(std::move(call));
+      }
+      o["tool_calls"] = std::move(calls);
+    }
+    if (m.role == "tool") o["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) o["name"] = m.name;
+    msgs.push_back(std::move(o));
+  }
+  ojson ctx = {{"messages", std::move(msgs)}};
+  if (rq.tool_choice != serve::ToolChoice::None && !rq.tools_json.empty()) ctx["tools"] = ojson::parse(rq.tools_json);
+  ctx["add_generation_prompt"] = true;
+  return ctx.dump(-1, ' ', false, ojson::error_handler_t::replace);
+}
+
+std::string render_chat(Server& srv, const serve::CompletionRequest& rq, serve::RequestError* err) {
+  const auto& msgs = rq.messages;
+  auto run = [&](auto&& call) -> std::string {
+    size_t need = 0;
+    infer_status st = call(nullptr, 0, &need);
+    if (st == INFER_ERR_BUFFER_TOO_SMALL) {
+      std::string out(need, '\0');
+      st = call(out.data(), out.size(), &need);
+      if (st == INFER_OK) {
+        out.resize(need - 1);
+        return out;
+      }
+    }
+    err->message = std::string("the conversation does not fit the chat template: ") + infer_last_error();
+    err->param = "messages";
+    return "";
+  };
+  if (srv.jinja) {
+    const std::string ctx = chat_context(srv, rq);
+    const char* tmpl = srv.jinja_file_text.empty() ? nullptr : srv.jinja_file_text.c_str();
+    return run([&](char* buf, size_t size, size_t* need) {
+      return infer_chat_apply_template_json(srv.model, tmpl, ctx.c_str(), buf, size, need);
+    });
+  }
+  // A built-in template: role and content only.
+  for (size_t i = 0; i < msgs.size(); ++i)
+    if (msgs[i].role == "tool" || !msgs[i].tool_calls.empty()) {
+      err->message = "messages with tool calls or tool results need a Jinja chat template; the chat template in use is the built-in '" +
+                     srv.tmpl + "' (use a model with a Jinja template, or --chat-template-file)";
+      err->param = "messages[" + std::to_string(i) + "]";
+      return "";
+    }
   std::vector<infer_chat_message> cm;
   for (const auto& m : msgs) cm.push_back({m.role.c_str(), m.content.c_str()});
   const char* tmpl = srv.own_template ? nullptr : srv.tmpl.c_str();
-  size_t need = 0;
-  infer_status st = infer_chat_apply_template(srv.model, tmpl, cm.data(), cm.size(), 1, nullptr, 0, &need);
-  if (st == INFER_ERR_BUFFER_TOO_SMALL) {
-    std::string out(need, '\0');
-    st = infer_chat_apply_template(srv.model, tmpl, cm.data(), cm.size(), 1, out.data(), out.size(), &need);
-    if (st == INFER_OK) {
-      out.resize(need - 1);
-      return out;
+  return run([&](char* buf, size_t size, size_t* need) {
+    return infer_chat_apply_template(srv.model, tmpl, cm.data(), cm.size(), 1, buf, size, need);
+  });
+}
+
+// A GBNF grammar with every rule name (identifiers outside literals, character
+// classes, repetition counts and comments) prefixed, so that several converted grammars can live
+// in one without their rules colliding.
+std::string prefix_rules(const std::string& g, const std::string& prefix) {
+  std::string out;
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; };
+  for (size_t i = 0; i < g.size();) {
+    const char c = g[i];
+    if (c == '"' || c == '[' || c == '{') {  // literals, classes, repetition counts {m,n}
+      const char close = c == '"' ? '"' : c == '[' ? ']' : '}';
+      size_t k = i + 1;
+      while (k < g.size() && g[k] != close) k += g[k] == '\\' ? 2 : 1;
+      k = std::min(k + 1, g.size());
+      out.append(g, i, k - i);
+      i = k;
+    } else if (ident(c)) {
+      size_t k = i;
+      while (k < g.size() && ident(g[k])) ++k;
+      out += prefix;
+      out.append(g, i, k - i);
+      i = k;
+    } else if (c == '#') {
+      size_t k = g.find('\n', i);
+      if (k == std::string::npos) k = g.size();
+      out.append(g, i, k - i);
+      i = k;
+    } else {
+      out += c;
+      ++i;
     }
   }
-  err->message = std::string("the conversation does not fit the chat template: ") + infer_last_error();
-  err->param = "messages";
-  return "";
+  return out;
+}
+
+// Text as a GBNF string literal.
+std::string gbnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else out += c;
+  }
+  return out + "\"";
+}
+
+// tool_choice "required" or a named function: a grammar that lets the model
+// write only calls in its template's format: {"name": "NAME", "arguments":
+// ARGS} (Llama 3: "parameters") with ARGS valid against the tool's parameters
+// schema (the library's JSON-schema conversion). Empty with *err set when
+// the format has none or a schema cannot be converted.
+std::string forced_call_grammar(const Server& srv, const serve::CompletionRequest& rq, std::string* err) {
+  using ojson = nlohmann::ordered_json;
+  const ojson tools = ojson::parse(rq.tools_json);
+  const char* args_key = srv.tool_format == serve::ToolFormat::Llama3 ? "parameters" : "arguments";
+  std::string g, alts;
+  int n = 0;
+  for (const ojson& t : tools) {
+    const ojson& f = t["function"];
+    const std::string name = f["name"].get<std::string>();
+    if (rq.tool_choice == serve::ToolChoice::Named && name != rq.tool_choice_name) continue;
+    const std::string head = "{\"name\": " + ojson(name).dump() + ", \"" + args_key + "\": ";
+    std::string args = gbnf_literal("{}");  // no parameters declared: no arguments
+    const ojson* params = f.contains("parameters") ? &f["parameters"] : nullptr;
+    if (params && !(params->contains("properties") && (*params)["properties"].is_object() && (*params)["properties"].empty())) {
+      const std::string schema = params->dump();
+      size_t need = 0;
+      infer_status st = infer_json_schema_to_grammar(schema.c_str(), nullptr, 0, &need);
+      std::string sub;
+      if (st == INFER_ERR_BUFFER_TOO_SMALL) {
+        sub.assign(need, '\0');
+        st = infer_json_schema_to_grammar(schema.c_str(), sub.data(), sub.size(), &need);
+        sub.resize(need ? need - 1 : 0);
+      }
+      if (st != INFER_OK) {
+        *err = "the parameters of tool '" + name + "' cannot be turned into a grammar: " + infer_last_error();
+        return "";
+      }
+      const std::string prefix = "tool" + std::to_string(n) + "-";
+      g += prefix_rules(sub, prefix) + "\n";
+      args = prefix + "root";
+    }
+    alts += std::string(alts.empty() ? "" : " | ") + gbnf_literal(head) + " " + args + " " + gbnf_literal("}");
+    ++n;
+  }
+  g += "tool-call-json ::= " + alts + "\n";
+  const bool many = rq.parallel_tool_calls && rq.tool_choice == serve::ToolChoice::Required;
+  switch (srv.tool_format) {
+    case serve::ToolFormat::Hermes:
+      g += many ? "root ::= tool-call-tagged (\"\\n\" tool-call-tagged)*\n" : "root ::= tool-call-tagged\n";
+      g += "tool-call-tagged ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n";
+      break;
+    case serve::ToolFormat::Mistral:
+      g += many ? "root ::= \"[\" tool-call-json (\", \" tool-call-json)* \"]\"\n" : "root ::= \"[\" tool-call-json \"]\"\n";
+      break;
+    case serve::ToolFormat::Llama3:
+      g += "root ::= tool-call-json\n";
+      break;
+    default:
+      *err = "tool_choice 'required' or a named function needs a template whose tool-call format infer serve knows";
+      return "";
+  }
+  return g;
 }
 
 bool count_tokens(Server& srv, const std::string& text, int32_t add_bos, int32_t special, int32_t* n) {
@@ -412,6 +588,28 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
   if (rq.response_format == serve::ResponseFormat::JsonObject) schema = R"({"type": "object"})";
   else if (rq.response_format == serve::ResponseFormat::JsonSchema) schema = rq.json_schema;
   const char* constraint_param = !rq.grammar.empty() ? "grammar" : !schema.empty() ? "response_format" : nullptr;
+  // Function calling (tools): the template must be Jinja and teach a format
+  // the parser reads; "required" or a named function force a call with a grammar.
+  const bool use_tools = ep == serve::Endpoint::Chat && rq.tool_choice != serve::ToolChoice::None;
+  if (use_tools) {
+    if (!srv.jinja)
+      return send_error(res, 400, "'tools' need the model's Jinja chat template; the chat template in use is the built-in '" + srv.tmpl +
+                                      "', which has no tool format (use a model with a Jinja template, or --chat-template-file)",
+                        "invalid_request_error", "invalid_value", "tools");
+    if (srv.tool_format == serve::ToolFormat::None)
+      return send_error(res, 400, "'tools' are not supported with this model's chat template: it teaches none of the tool-call formats "
+                                  "infer serve reads (<tool_call> of Hermes/Qwen, Llama 3.x JSON, Mistral [TOOL_CALLS])",
+                        "invalid_request_error", "invalid_value", "tools");
+    if (rq.tool_choice == serve::ToolChoice::Required || rq.tool_choice == serve::ToolChoice::Named) {
+      if (constraint_param)
+        return send_error(res, 400, std::string("give either tool_choice 'required' / a named function or '") + constraint_param + "', not both",
+                          "invalid_request_error", "invalid_value", "tool_choice");
+      std::string gerr;
+      rq.grammar = forced_call_grammar(srv, rq, &gerr);
+      if (rq.grammar.empty()) return send_error(res, 400, gerr, "invalid_request_error", "invalid_value", "tool_choice");
+      constraint_param = "tool_choice";
+    }
+  }
   if (!schema.empty()) {
     // Checked (and converted) once here, so that a bad schema is a 400 naming it.
     size_t need = 0;
@@ -426,7 +624,7 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
   int32_t add_bos = -1, special = 0;
   std::vector<std::string> stops = rq.stop;
   if (ep == serve::Endpoint::Chat) {
-    const std::string text = render_chat(srv, rq.messages, &err);
+    const std::string text = render_chat(srv, rq, &err);
     if (!err.message.empty()) return send_request_error(res, err);
     job->prompt_texts.push_back(text);
     add_bos = 0;
@@ -513,7 +711,8 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
       c.req = handles[static_cast<size_t>(i)];
       c.index = static_cast<int32_t>(pi) * rq.n + i;
       c.prompt_index = static_cast<int32_t>(pi);
-      job->choices.push_back(c);
+      if (use_tools && rq.stream) c.tools = std::make_shared<serve::ToolCallParser>(srv.tool_format, rq.tool_names);
+      job->choices.push_back(std::move(c));
     }
   }
   srv.metrics.on_request_started(ep_name);
@@ -545,10 +744,21 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
       size_t from = 0;
       if (ep == serve::Endpoint::Chat) {
         json lp = rq.logprobs ? json{{"content", chat_logprobs(srv, c, from, rq.top_logprobs)}, {"refusal", nullptr}} : json(nullptr);
-        choices.push_back({{"index", c.index},
-                           {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
-                           {"logprobs", lp},
-                           {"finish_reason", finish_reason(c.stats)}});
+        json message = {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}};
+        const char* fr = finish_reason(c.stats);
+        if (use_tools) {
+          const serve::ParsedReply pr = serve::parse_tool_calls(srv.tool_format, rq.tool_names, c.text);
+          if (!pr.calls.empty()) {
+            message["content"] = pr.content.empty() ? json(nullptr) : json(pr.content);
+            json calls = json::array();
+            for (const serve::ToolCall& tc : pr.calls)
+              calls.push_back({{"id", random_id("call_")}, {"type", "function"},
+                               {"function", {{"name", tc.name}, {"arguments", tc.arguments}}}});
+            message["tool_calls"] = calls;
+            if (c.stats.finish_reason == INFER_FINISH_STOP) fr = "tool_calls";
+          }
+        }
+        choices.push_back({{"index", c.index}, {"message", message}, {"logprobs", lp}, {"finish_reason", fr}});
       } else {
         const std::string prefix = rq.echo ? job->prompt_texts[c.prompt_index] : "";
         json lp = rq.logprobs ? completion_logprobs(srv, c, from, rq.top_logprobs, prefix.size()) : json(nullptr);
@@ -601,7 +811,30 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
                         {"finish_reason", nullptr}}))
               return false;
           }
-          if (!delta.empty()) {
+          if (c.tools) {
+            // Function calling: text that may open a call is held until the
+            // parser knows; complete calls go out as delta.tool_calls.
+            std::vector<serve::ToolEvent> evs = c.tools->feed(delta);
+            if (fin) {
+              std::vector<serve::ToolEvent> rest = c.tools->finish();
+              evs.insert(evs.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
+            }
+            for (serve::ToolEvent& ev : evs) {
+              json lp = nullptr;
+              if (job->rq.logprobs) lp = {{"content", chat_logprobs(srv, c, c.lp_sent, job->rq.top_logprobs)}, {"refusal", nullptr}};
+              json d;
+              if (ev.is_call) {
+                d = {{"tool_calls", json::array({{{"index", c.n_tool_calls++},
+                                                  {"id", random_id("call_")},
+                                                  {"type", "function"},
+                                                  {"function", {{"name", ev.call.name}, {"arguments", ev.call.arguments}}}}})}};
+              } else {
+                d = {{"content", ev.content}};
+              }
+              if (!chunk(json{{"index", c.index}, {"delta", d}, {"logprobs", lp}, {"finish_reason", nullptr}})) return false;
+            }
+            c.text_sent += delta.size();
+          } else if (!delta.empty()) {
             json lp = nullptr;
             if (job->rq.logprobs) {
               if (chat) lp = {{"content", chat_logprobs(srv, c, c.lp_sent, job->rq.top_logprobs)}, {"refusal", nullptr}};
@@ -629,7 +862,8 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
               if (chat) lp = {{"content", chat_logprobs(srv, c, c.lp_sent, job->rq.top_logprobs)}, {"refusal", nullptr}};
               else lp = completion_logprobs(srv, c, c.lp_sent, job->rq.top_logprobs, c.text_sent);
             }
-            json ch = chat ? json{{"index", c.index}, {"delta", json::object()}, {"logprobs", lp}, {"finish_reason", finish_reason(c.stats)}}
+            const char* fr = c.n_tool_calls > 0 && c.stats.finish_reason == INFER_FINISH_STOP ? "tool_calls" : finish_reason(c.stats);
+            json ch = chat ? json{{"index", c.index}, {"delta", json::object()}, {"logprobs", lp}, {"finish_reason", fr}}
                            : json{{"index", c.index}, {"text", ""}, {"logprobs", lp}, {"finish_reason", finish_reason(c.stats)}};
             return chunk(ch);
           }
@@ -663,6 +897,20 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
         srv.metrics.on_request_ended(ep_name, end == PumpEnd::Timeout ? "timeout" : failed ? "error" : "ok");
         return true;
       });
+}
+
+// /apply-template (as llama-server's): a chat request's body, answered with
+// the prompt its conversation renders to ({"prompt": "..."}), nothing generated.
+void handle_apply_template(Server& srv, const httplib::Request& req, httplib::Response& res) {
+  if (!srv.ready) return send_error(res, 503, "the model is loading", "server_error", "loading");
+  serve::RequestError err;
+  auto rq = serve::parse_completion_request(req.body, serve::Endpoint::Chat, srv.limits, &err);
+  if (!rq) return send_request_error(res, err);
+  if (rq->tool_choice != serve::ToolChoice::None && !srv.jinja)
+    return send_error(res, 400, "'tools' need the model's Jinja chat template", "invalid_request_error", "invalid_value", "tools");
+  const std::string text = render_chat(srv, *rq, &err);
+  if (!err.message.empty()) return send_request_error(res, err);
+  res.set_content(dump(json{{"prompt", text}}), "application/json");
 }
 
 void handle_tokenize(Server& srv, const httplib::Request& req, httplib::Response& res) {
@@ -749,6 +997,17 @@ int cmd_serve(int argc, char** argv) {
   const std::string path = model_path(a);
   const infer_backend backend = backend_flag(a);
   std::string tmpl = a.get("--template");
+  const std::string tmpl_file = a.get("--chat-template-file");
+  if (!tmpl.empty() && !tmpl_file.empty()) throw UsageError{"give either --template or --chat-template-file, not both"};
+  if (!tmpl_file.empty()) {
+    std::ifstream f(tmpl_file, std::ios::binary);
+    if (!f) throw UsageError{"cannot read --chat-template-file " + tmpl_file};
+    std::stringstream ss;
+    ss << f.rdbuf();
+    srv->jinja_file_text = ss.str();
+    if (srv->jinja_file_text.find("{{") == std::string::npos && srv->jinja_file_text.find("{%") == std::string::npos)
+      throw UsageError{"--chat-template-file " + tmpl_file + " is not a Jinja template (no {{ or {%)"};
+  }
   if (!tmpl.empty()) {
     bool known = false;
     for (int32_t i = 0; i < infer_chat_template_count(); ++i) known |= tmpl == infer_chat_template_name(i);
@@ -815,6 +1074,7 @@ int cmd_serve(int argc, char** argv) {
   http.Post("/v1/completions", [&s](const httplib::Request& q, httplib::Response& r) {
     handle_completion(s, q, r, serve::Endpoint::Completion);
   });
+  http.Post("/apply-template", [&s](const httplib::Request& q, httplib::Response& r) { handle_apply_template(s, q, r); });
   http.Post("/tokenize", [&s](const httplib::Request& q, httplib::Response& r) { handle_tokenize(s, q, r); });
   http.Post("/detokenize", [&s](const httplib::Request& q, httplib::Response& r) { handle_detokenize(s, q, r); });
   http.Get("/health", [&s](const httplib::Request&, httplib::Response& r) {
@@ -871,7 +1131,17 @@ int cmd_serve(int argc, char** argv) {
   check(infer_model_get_info(s.model, &info), "reading model info");
   s.n_ctx = ep.n_ctx > 0 ? ep.n_ctx : info.n_ctx_train;
   s.n_vocab = info.n_vocab;
-  if (!tmpl.empty()) {
+  if (!s.jinja_file_text.empty()) {
+    s.tmpl = "jinja";
+    s.jinja = true;
+    s.jinja_text = s.jinja_file_text;
+    // Its stop texts: those of the built-in templates that it writes.
+    for (int32_t t = 0; t < infer_chat_template_count(); ++t)
+      for (int32_t i = 0; const char* st = infer_chat_template_stop(infer_chat_template_name(t), i); ++i)
+        if (s.jinja_text.find(st) != std::string::npos &&
+            std::find(s.tmpl_stops.begin(), s.tmpl_stops.end(), st) == s.tmpl_stops.end())
+          s.tmpl_stops.emplace_back(st);
+  } else if (!tmpl.empty()) {
     s.tmpl = tmpl;
   } else {
     char buf[64];
@@ -880,6 +1150,17 @@ int cmd_serve(int argc, char** argv) {
     if (st == INFER_OK) {
       s.tmpl = buf;
       s.own_template = true;
+      // The model's Jinja text: chat requests are rendered from their JSON.
+      size_t tneed = 0;
+      if (infer_model_meta(s.model, "tokenizer.chat_template", nullptr, 0, &tneed) == INFER_ERR_BUFFER_TOO_SMALL && tneed > 1) {
+        s.jinja_text.assign(tneed, '\0');
+        if (infer_model_meta(s.model, "tokenizer.chat_template", s.jinja_text.data(), s.jinja_text.size(), &tneed) == INFER_OK) {
+          s.jinja_text.resize(tneed - 1);
+          s.jinja = true;
+        } else {
+          s.jinja_text.clear();
+        }
+      }
     } else {
       s.tmpl = "chatml";
       std::fprintf(stderr, "infer serve: note: %s; chat requests use the chatml template (--template NAME)\n",
@@ -887,10 +1168,16 @@ int cmd_serve(int argc, char** argv) {
     }
   }
   for (int32_t i = 0; const char* st = infer_chat_template_stop(s.tmpl.c_str(), i); ++i) s.tmpl_stops.emplace_back(st);
+  if (s.jinja) {
+    s.tool_format = serve::tool_format_for_template(s.jinja_text);
+    s.string_arguments = serve::template_wants_string_arguments(s.jinja_text);
+  }
   check(infer_engine_start(s.engine), "starting the engine thread");
   s.ready = true;
-  std::fprintf(stderr, "infer serve: ready: model '%s', context %d, %d sequences at once, chat template %s%s\n",
-               s.model_id.c_str(), s.n_ctx, ep.max_seqs, s.tmpl.c_str(), s.api_key.empty() ? "" : ", API key required");
+  std::fprintf(stderr, "infer serve: ready: model '%s', context %d, %d sequences at once, chat template %s%s, tool calls: %s%s\n",
+               s.model_id.c_str(), s.n_ctx, ep.max_seqs, s.tmpl.c_str(), s.jinja ? " (Jinja)" : "",
+               s.jinja ? serve::tool_format_name(s.tool_format) : "none (no Jinja template)",
+               s.api_key.empty() ? "" : ", API key required");
   std::fflush(stderr);
 
   int sig = 0;
@@ -913,9 +1200,11 @@ int cmd_serve(int argc, char** argv) {
 
 const Register kServeCmd{{"serve", "an OpenAI-compatible HTTP server",
                           "infer serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]", &kServeFlags,
-                          "Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
+                          "Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize, /apply-template;\n"
                           "GET /v1/models, /v1/models/{id}, /health (503 while loading), /metrics (Prometheus text).\n"
-                          "SIGINT/SIGTERM: requests in flight get --shutdown-timeout to finish, then are cancelled.",
+                          "SIGINT/SIGTERM: requests in flight get --shutdown-timeout to finish, then are cancelled.\n"
+                          "Function calling (tools, tool_choice, tool_calls, role 'tool') needs a Jinja chat template (the\n"
+                          "model's, or --chat-template-file) in the Hermes/Qwen, Llama 3.x or Mistral tool-call format.",
                           cmd_serve}};
 
 }  // namespace
