@@ -160,6 +160,48 @@ async function main() {
     }
   });
 
+  // Function calling, against the server with a Qwen2.5 chat template: a
+  // grammar makes the model write the call (stories260K would not by itself).
+  const tools = [{ type: "function", function: { name: "get_weather", description: "Current weather in a city",
+    parameters: { type: "object", properties: { location: { type: "string", enum: ["Paris", "Rome"] } }, required: ["location"] } } }];
+  const toolsClient = new OpenAI({ baseURL: process.env.TOOLS_BASE_URL, apiKey: process.env.API_KEY, maxRetries: 0, timeout: 120000 });
+  const callText = '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Paris"}}\n</tool_call>';
+  const grammar = "root ::= " + JSON.stringify(callText) + "\n";
+  const toolMessages = [{ role: "user", content: "Weather in Paris?" }];
+  await attempt("tools", async () => {
+    const r = await toolsClient.chat.completions.create({ model: "m", messages: toolMessages, tools, max_tokens: 300, temperature: 0, grammar });
+    const m = r.choices[0].message;
+    check("tools: message.tool_calls with the arguments as JSON text, finish_reason tool_calls", r.choices[0].finish_reason === "tool_calls" &&
+      m.content === null && m.tool_calls.length === 1 && m.tool_calls[0].type === "function" && m.tool_calls[0].id.startsWith("call_") &&
+      m.tool_calls[0].function.name === "get_weather" && JSON.parse(m.tool_calls[0].function.arguments).location === "Paris", r);
+    // The call and its result sent back: the conversation renders and generates.
+    const r2 = await toolsClient.chat.completions.create({ model: "m", tools, max_tokens: 8, temperature: 0,
+      messages: [...toolMessages, m, { role: "tool", tool_call_id: m.tool_calls[0].id, content: '{"temperature": 22}' }] });
+    check("tools: the assistant's tool_calls and a tool message are accepted back", r2.choices[0].message.role === "assistant", r2);
+  });
+  await attempt("tools streamed", async () => {
+    const stream = await toolsClient.chat.completions.create({ model: "m", messages: toolMessages, tools, max_tokens: 300, temperature: 0,
+      grammar, stream: true });
+    const calls = []; let finish = null; let content = "";
+    for await (const chunk of stream) {
+      const c = chunk.choices[0];
+      if (!c) continue;
+      if (c.delta.tool_calls) calls.push(...c.delta.tool_calls);
+      if (c.delta.content) content += c.delta.content;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    check("tools streamed: one delta.tool_calls, finish_reason tool_calls", calls.length === 1 && calls[0].index === 0 &&
+      calls[0].function.name === "get_weather" && JSON.parse(calls[0].function.arguments).location === "Paris" &&
+      finish === "tool_calls" && content === "", { calls, finish, content });
+  });
+  await attempt("tool_choice named", async () => {
+    const r = await toolsClient.chat.completions.create({ model: "m", messages: toolMessages, tools, max_tokens: 300, temperature: 0,
+      tool_choice: { type: "function", function: { name: "get_weather" } } });
+    const tc = r.choices[0].message.tool_calls;
+    check("tool_choice named: the model is made to call it", tc && tc.length === 1 && tc[0].function.name === "get_weather" &&
+      typeof JSON.parse(tc[0].function.arguments).location === "string", r);
+  });
+
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }

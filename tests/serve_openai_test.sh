@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The npm `openai` client library against `infer serve` on loopback:
 # completions, chat, streaming with usage, n > 1, stop, logprobs, json_schema
-# output that parses and validates, a cancelled stream, an API-key failure.
+# output that parses and validates, a cancelled stream, an API-key failure,
+# and function calling (tools) against a second server with a Qwen2.5 template.
 #
 #   serve_openai_test.sh PATH_TO_INFER WORK_DIR
 #
@@ -42,10 +43,28 @@ PORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$LOG" | head 
 if [ -z "$PORT" ] || ! grep -q "ready:" "$LOG"; then
   echo "FAIL - the server did not start"; cat "$LOG"; exit 1
 fi
-BASE_URL="http://127.0.0.1:$PORT/v1" API_KEY="$KEY" timeout 300 node "$WORK/client.cjs"
+# A second server with a Qwen2.5 chat template, for function calling (tools).
+TLOG=$(mktemp "${TMPDIR:-/tmp}/infer-serve-openai-tools.XXXXXX")
+"$INFER" serve -m "$MODEL" --port 0 --api-key "$KEY" -c 1024 \
+  --chat-template-file "$HERE/data/chat_templates/qwen2.5-7b-instruct.jinja" 2>"$TLOG" &
+TPID=$!
+trap 'kill $PID $TPID 2>/dev/null; wait $PID $TPID 2>/dev/null; rm -f "$LOG" "$TLOG"' EXIT
+for _ in $(seq 1 600); do
+  grep -q "ready:" "$TLOG" && break
+  kill -0 $TPID 2>/dev/null || break
+  sleep 0.1
+done
+TPORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$TLOG" | head -n 1)
+if [ -z "$TPORT" ] || ! grep -q "ready:" "$TLOG"; then
+  echo "FAIL - the server with a chat template did not start"; cat "$TLOG"; exit 1
+fi
+BASE_URL="http://127.0.0.1:$PORT/v1" TOOLS_BASE_URL="http://127.0.0.1:$TPORT/v1" API_KEY="$KEY" timeout 300 node "$WORK/client.cjs"
 rc=$?
-kill -TERM $PID
+kill -TERM $PID $TPID
 wait $PID
 src=$?
+wait $TPID
+tsrc=$?
 if [ $src -ne 0 ]; then echo "FAIL - the server exited $src after SIGTERM"; tail -n 20 "$LOG"; rc=1; fi
+if [ $tsrc -ne 0 ]; then echo "FAIL - the tools server exited $tsrc after SIGTERM"; tail -n 20 "$TLOG"; rc=1; fi
 exit $rc
