@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 INFER, TDIR = sys.argv[1], sys.argv[2]
@@ -161,15 +162,65 @@ API_MESSAGES = [
         {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(ARGS)}}]},
     {"role": "tool", "tool_call_id": "call12345", "content": "{\"temperature\": 22}"},
 ]
-# The same as the templates read it (Hugging Face's convention): arguments as an object.
+# The same as the server gives it to the template (Hugging Face's convention):
+# arguments as an object, null content as "", a tool result named after the
+# function it answers.
 TEMPLATE_MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "Weather in Paris?"},
-    {"role": "assistant", "content": None, "tool_calls": [
+    {"role": "assistant", "content": "", "tool_calls": [
         {"id": "call12345", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}]},
-    {"role": "tool", "content": "{\"temperature\": 22}", "tool_call_id": "call12345"},
+    {"role": "tool", "content": "{\"temperature\": 22}", "tool_call_id": "call12345", "name": "get_weather"},
 ]
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def gguf_with_template(src, dst, template):
+    """A copy of the GGUF file `src` with tokenizer.chat_template = template."""
+    import struct
+    with open(src, "rb") as f:
+        data = f.read()
+    assert data[:4] == b"GGUF"
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", data, 4)
+    pos = 24
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+    alignment = 32
+
+    def skip_value(pos, t):
+        if t == 8:
+            (n,) = struct.unpack_from("<Q", data, pos)
+            return pos + 8 + n
+        if t == 9:
+            et, count = struct.unpack_from("<IQ", data, pos)
+            pos += 12
+            for _ in range(count):
+                pos = skip_value(pos, et)
+            return pos
+        return pos + sizes[t]
+
+    kv_start = pos
+    for _ in range(n_kv):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        key = data[pos + 8:pos + 8 + n].decode()
+        pos += 8 + n
+        (t,) = struct.unpack_from("<I", data, pos)
+        if key == "general.alignment":
+            (alignment,) = struct.unpack_from("<I", data, pos + 4)
+        pos = skip_value(pos + 4, t)
+    kv_end = pos
+    for _ in range(n_tensors):
+        (n,) = struct.unpack_from("<Q", data, pos)
+        pos += 8 + n
+        (nd,) = struct.unpack_from("<I", data, pos)
+        pos += 4 + 8 * nd + 4 + 8
+    infos_end = pos
+    data_start = (infos_end + alignment - 1) // alignment * alignment
+    key, val = b"tokenizer.chat_template", template.encode()
+    kv = struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(val)) + val
+    head = data[:4] + struct.pack("<IQQ", version, n_tensors, n_kv + 1) + data[kv_start:kv_end] + kv + data[kv_end:infos_end]
+    head += b"\0" * ((-len(head)) % alignment)
+    with open(dst, "wb") as f:
+        f.write(head + data[data_start:])
 
 
 def read_template(name):
@@ -336,6 +387,26 @@ st, d = srv.post("/v1/chat/completions", {"messages": ASK, "max_tokens": 2, "par
 check("unknown fields of tools are ignored", st == 200, d)
 srv.stop()
 
+# ---- Qwen3 and Hermes 2 Pro (the same format): rendering ----
+for name in ("qwen3-0.6b.jinja", "hermes-2-pro-llama-3-8b.jinja"):
+    srv = Server("--chat-template-file", os.path.join(TDIR, name))
+    check_render(srv, name)
+    srv.stop()
+
+# ---- the model's own template: a copy of stories260K whose GGUF carries Qwen2.5's ----
+with tempfile.TemporaryDirectory() as tmp:
+    own = os.path.join(tmp, "stories260K-qwen-template.gguf")
+    gguf_with_template(MODEL, own, read_template(QWEN))
+    MODEL_SAVED, MODEL = MODEL, own
+    srv = Server()
+    MODEL = MODEL_SAVED
+    check("own template: the log says Jinja and the hermes format", any("(Jinja), tool calls: hermes" in l for l in srv.log), srv.log)
+    check_render(srv, QWEN)
+    st, d = forced(srv, call_text)
+    calls = d["choices"][0]["message"].get("tool_calls") if st == 200 else None
+    check("own template: a <tool_call> is parsed", st == 200 and calls and calls[0]["function"]["name"] == "get_weather", d)
+    srv.stop()
+
 # ---- Llama 3.1 (JSON format) ----
 LLAMA = "llama3.1-8b-instruct.jinja"
 srv = Server("--chat-template-file", os.path.join(TDIR, LLAMA))
@@ -362,9 +433,9 @@ m_api[1] = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "abcdefghi", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps(ARGS)}}]}
 m_api[2] = {"role": "tool", "tool_call_id": "abcdefghi", "content": "{\"temperature\": 22}"}
 m_tmpl = [dict(m) for m in TEMPLATE_MESSAGES[1:]]
-m_tmpl[1] = {"role": "assistant", "content": None, "tool_calls": [
+m_tmpl[1] = {"role": "assistant", "content": "", "tool_calls": [
     {"id": "abcdefghi", "type": "function", "function": {"name": "get_weather", "arguments": ARGS}}]}
-m_tmpl[2] = {"role": "tool", "content": "{\"temperature\": 22}", "tool_call_id": "abcdefghi"}
+m_tmpl[2] = {"role": "tool", "content": "{\"temperature\": 22}", "tool_call_id": "abcdefghi", "name": "get_weather"}
 check_render(srv, MISTRAL, m_api, m_tmpl)
 st, d = forced(srv, '[TOOL_CALLS][{"name": "get_time", "arguments": {}}]')
 calls = d["choices"][0]["message"].get("tool_calls") if st == 200 else None

@@ -384,7 +384,11 @@ std::string chat_context(const Server& srv, const serve::CompletionRequest& rq) 
   ojson msgs = ojson::array();
   for (const auto& m : rq.messages) {
     ojson o = {{"role", m.role}};
-    o["content"] = m.content_null ? ojson(nullptr) : ojson(m.content);
+    // content null (an assistant message that only calls tools) is given as
+    // "": of the real templates in tests/data/chat_templates, none renders ""
+    // worse than null, and Qwen3's, Phi-3's, Zephyr's, DeepSeek's and others
+    // fail on null (string concatenation, `in`).
+    o["content"] = m.content;
     if (!m.tool_calls.empty()) {
       ojson calls = ojson::array();
       for (const auto& c : m.tool_calls) {
@@ -399,7 +403,15 @@ std::string chat_context(const Server& srv, const serve::CompletionRequest& rq) 
       o["tool_calls"] = std::move(calls);
     }
     if (m.role == "tool") o["tool_call_id"] = m.tool_call_id;
-    if (!m.name.empty()) o["name"] = m.name;
+    std::string name = m.name;
+    if (m.role == "tool" && name.empty()) {
+      // The function's name, from the call this result answers (Hermes 2
+      // Pro's template requires it; OpenAI's tool messages do not carry it).
+      for (const auto& prev : rq.messages)
+        for (const auto& c : prev.tool_calls)
+          if (!c.id.empty() && c.id == m.tool_call_id) name = c.name;
+    }
+    if (!name.empty()) o["name"] = name;
     msgs.push_back(std::move(o));
   }
   ojson ctx = {{"messages", std::move(msgs)}};
