@@ -302,7 +302,6 @@ CompletionRequest parse(const std::string& body, Endpoint endpoint, const Limits
       auto it = m.find("content");
       if ((it == m.end() || it->is_null()) && !(rs == "assistant"))
         fail(where + ".content", "'" + where + ".content' is required", "missing_required_parameter");
-      cm.content_null = (it == m.end() || it->is_null()) && !cm.tool_calls.empty();
       if (it != m.end()) cm.content = message_content(*it, where + ".content");
       if (rs == "tool") {
         const json* id = field(m, "tool_call_id");

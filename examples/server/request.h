@@ -24,7 +24,6 @@ struct RequestError {
 struct ChatMessage {
   std::string role;  // system, user, assistant or tool ("developer" is read as system)
   std::string content;
-  bool content_null = false;  // an assistant message with tool calls and no content
   // assistant: its tool calls, each {id, type: "function", function: {name,
   // arguments}} with arguments the JSON text the client gave (serialised
   // when it gave an object).
