@@ -59,6 +59,11 @@ struct WeightView {
   size_t row_bytes = 0;
   // W8A8: the per-row scales (n_out floats) that go with the int8 rows.
   const float* scale = nullptr;
+  // Act-order GPTQ (lib/hf/hf_quant.cpp): column j of the rows multiplies
+  // input perm[j] (n_in values, a permutation; nullptr: inputs in order).
+  // Backends do not read it: the model passes them x[perm] (the rows gathered
+  // by Transformer::linear), so for a backend this is an ordinary matrix.
+  const int32_t* perm = nullptr;
   // Where backends keep repacked copies; nullptr: repack on every call or
   // not at all (tests and benchmarks that bind raw buffers).
   WeightCache* cache = nullptr;

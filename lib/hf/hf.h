@@ -16,6 +16,9 @@
 //    ffn_{gate,up,down}_exps 3-D tensors.
 //  - Phi-3 long-rope factors (config lists) become rope_factors_{long,short}.
 //  - Tensors whose bytes are not aligned to their element size.
+//  - GPTQ / AWQ 4-bit layers (config.json quantization_config): repacked
+//    into INT4_G* blocks (hf_quant.h); an act-order GPTQ layer's input
+//    permutation becomes the companion tensor "<name>.perm" (I32).
 // HF Llama/Mistral/Mixtral checkpoints store Q and K in the rotate-half rotary
 // layout; the view says so with the bool key `infer.rope.neox` (true) instead
 // of permuting rows. `infer convert hf` permutes them into the llama GGUF

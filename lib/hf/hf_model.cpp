@@ -381,7 +381,7 @@ void add_quantized_layers(const Json& cfg, const std::string& arch, const Tensor
     else if (cf && cf->is_string() && cf->as_string() != "gptq")
       raise(Status::Unsupported, "config.json: GPTQ checkpoint_format '%s' is not supported", cf->as_string().c_str());
   }
-  int64_t group_sizes = 0;
+  int64_t group_sizes = 0, n_permuted = 0, n_expanded = 0;
   for (const auto& kv : by_name) {
     const std::string& n = kv.first;
     if (n.size() <= 8 || n.compare(n.size() - 8, 8, ".qweight") != 0) continue;
@@ -410,6 +410,9 @@ void add_quantized_layers(const Json& cfg, const std::string& arch, const Tensor
     L.n_in = awq ? qw->shape[0] : qw->shape[0] * 8;
     L.n_out = sc->shape[1];
     L.group = gs->as_int() == -1 ? L.n_in : gs->as_int();
+    if (gi && gi->shape[0] != L.n_in)
+      raise(Status::Format, "%s.g_idx has %lld values for %lld inputs", P.c_str(), (long long)gi->shape[0],
+            (long long)L.n_in);
     const int64_t groups = L.group > 0 && L.n_in % L.group == 0 ? L.n_in / L.group : -1;
     const bool ok = groups > 0 && L.n_out % 8 == 0 && qw->shape[1] == (awq ? L.n_out / 8 : L.n_out) &&
                     qz->shape[0] == groups && qz->shape[1] == L.n_out / 8 && sc->shape[0] == groups &&
@@ -425,13 +428,32 @@ void add_quantized_layers(const Json& cfg, const std::string& arch, const Tensor
     L.qzeros = ptr(qz);
     L.scales = ptr(sc);
     L.g_idx = ptr(gi);
-    PackedInt4 packed = repack_int4(L);
     const std::string gname = gguf_tensor_name(arch, P + ".weight");
     if (gname.empty() || gname.find('#') != std::string::npos)
       raise(Status::Unsupported, "%s: quantized tensors of this kind are not supported", P.c_str());
+    // The model permutes the input of the matrices it binds with
+    // Transformer::weight; the embedding (row lookups) and the MoE router
+    // (model/moe.cpp) are read otherwise.
+    L.allow_perm = gname != "token_embd.weight" && gname.find("ffn_gate_inp") == std::string::npos;
+    PackedInt4 packed = repack_int4(L);
+    if (packed.type != DType::F32) group_sizes = dtype_info(packed.type)->block;
+    n_expanded += packed.type == DType::F32;
+    if (!packed.perm.empty()) {
+      // Act-order: the input permutation as the companion tensor "<name>.perm"
+      // (a libinfer extension, like W8A8's "<name>.scale": lib/core/dtype.h).
+      std::vector<uint8_t> pb(packed.perm.size() * 4);
+      std::memcpy(pb.data(), packed.perm.data(), pb.size());
+      b.add_owned(gname + ".perm", {L.n_in}, DType::I32, std::move(pb));
+      ++n_permuted;
+    }
     b.add_owned(gname, {L.n_in, L.n_out}, packed.type, std::move(packed.bytes));
-    group_sizes = L.group;
   }
+  if (n_permuted > 0)
+    log(LogLevel::Info, "%s: %lld act-order layers loaded as INT4 blocks with their input columns permuted",
+        method.c_str(), (long long)n_permuted);
+  if (n_expanded > 0)
+    log(LogLevel::Info, "%s: %lld layers expanded to f32 (the reasons are logged above)", method.c_str(),
+        (long long)n_expanded);
   meta.emplace_back("infer.quant.version", GgufValue::make_u32(1));
   meta.emplace_back("infer.quant.type", GgufValue::make_string("int4"));
   if (group_sizes == 32 || group_sizes == 64 || group_sizes == 128)

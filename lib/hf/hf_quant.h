@@ -1,5 +1,5 @@
 // GPTQ / AWQ 4-bit layers repacked into INT4_G blocks (see hf_quant.cpp for
-// the two packings).
+// the two packings, act-order and group sizes other than 32/64/128).
 #pragma once
 
 #include <cstdint>
@@ -22,11 +22,20 @@ struct QuantLayer {
   const uint8_t* qzeros = nullptr;
   const uint8_t* scales = nullptr;  // f16
   const uint8_t* g_idx = nullptr;   // i32, may be null
+  // Whether the model can apply an input permutation to this matrix (false
+  // for matrices the model does not multiply through Transformer::weight:
+  // the embedding, the MoE router): act-order layers are expanded to F32.
+  bool allow_perm = true;
 };
 
 struct PackedInt4 {
   DType type = DType::INT4_G128;  // or F32 when the groups cannot be blocks
   std::vector<uint8_t> bytes;     // [n_out] rows
+  // Act-order: empty when the rows hold the inputs in order; else n_in
+  // values, column j of the rows being input perm[j] (the model multiplies
+  // x[perm]; stored as the companion tensor "<name>.perm", I32).
+  std::vector<int32_t> perm;
+  std::string note;               // why the layer was expanded to F32 ("" when it was not)
 };
 
 // Error(Format) for inconsistent shapes or a g_idx naming no group.

@@ -91,6 +91,7 @@ struct Workspace {
   std::vector<const int32_t*> tables;  // each token's block table (AttnBatch::table)
   std::vector<float> moe;              // the mixture-of-experts block's scratch (model/moe.h)
   std::vector<int32_t> moe_ids;
+  std::vector<float> xperm[3];         // inputs gathered for permuted weights (WeightView::perm)
 };
 
 class Model {

@@ -30,6 +30,11 @@ const GgufTensorInfo& find_checked(const GgufFile& g, const std::string& name, c
   if ((!dtype_can_dequantize(t->type) && t->type != DType::W8A8) || !dtype_row_ok(t->type, want[0]))
     raise(Status::Unsupported, "tensor '%s' has type %s, which this build cannot compute with", name.c_str(),
           dtype_name(t->type));
+  // Act-order input permutations (lib/hf/hf_quant.cpp) are applied by the
+  // dense layers only; the HF loader never writes them for these tensors.
+  if (g.find_tensor(name + ".perm"))
+    raise(Status::Unsupported, "tensor '%s' has an input permutation ('%s.perm'), which mixture-of-experts tensors "
+          "do not support", name.c_str(), name.c_str());
   return *t;
 }
 

@@ -195,8 +195,40 @@ WeightView Transformer::weight(const std::string& name, int64_t n_in, int64_t n_
             name.c_str(), (long long)n_out);
     w.scale = reinterpret_cast<const float*>(gguf_->tensor_data(*s));
   }
+  if (const GgufTensorInfo* pt = gguf_->find_tensor(name + ".perm")) {
+    // Act-order GPTQ (lib/hf/hf_quant.cpp): the columns are the inputs in
+    // the order perm gives. Copied (the file's bytes need not be aligned) and
+    // checked to be a permutation, so the gather never reads out of range.
+    if (pt->type != DType::I32 || pt->dims.size() != 1 || pt->dims[0] != n_in)
+      raise(Status::Format, "tensor '%s.perm' is %s %s; an input permutation is i32 [%lld]", name.c_str(),
+            dtype_name(pt->type), shape_text(pt->dims).c_str(), (long long)n_in);
+    std::vector<int32_t> perm(static_cast<size_t>(n_in));
+    std::memcpy(perm.data(), gguf_->tensor_data(*pt), perm.size() * 4);
+    std::vector<uint8_t> seen(static_cast<size_t>(n_in), 0);
+    for (int64_t j = 0; j < n_in; ++j) {
+      const int32_t v = perm[static_cast<size_t>(j)];
+      if (v < 0 || v >= n_in || seen[static_cast<size_t>(v)]++)
+        raise(Status::Format, "tensor '%s.perm' is not a permutation of 0..%lld (value %d at %lld)", name.c_str(),
+              (long long)n_in - 1, v, (long long)j);
+    }
+    for (const std::vector<int32_t>& q : perms_)
+      if (q == perm) w.perm = q.data();
+    if (!w.perm) w.perm = perms_.emplace_back(std::move(perm)).data();
+  }
   w.cache = &caches_.emplace_back();  // repacked copies a backend makes live with the model
   return w;
+}
+
+const float* Transformer::permuted(Pass& p, const WeightView& w, const float* in, int64_t m, int slot) const {
+  if (!w.perm) return in;
+  const int64_t n = w.n_in;
+  float* out = grow(p.ws.xperm[slot], static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) {
+    const float* x = in + r * n;
+    float* y = out + r * n;
+    for (int64_t j = 0; j < n; ++j) y[j] = x[w.perm[j]];
+  }
+  return out;
 }
 
 WeightView Transformer::rows(const WeightView& w, int64_t first, int64_t n) const {
@@ -229,6 +261,9 @@ void Transformer::bind_embeddings() {
   const ModelConfig& c = config_;
   if (c.n_embd == 0) raise(Status::Format, "model has no %s", key("embedding_length").c_str());
   tok_embd_ = weight("token_embd.weight", c.n_embd, c.n_vocab);
+  if (tok_embd_.perm)
+    raise(Status::Unsupported, "token_embd.weight has an input permutation (token_embd.weight.perm): an embedding "
+          "cannot be stored with permuted columns");
   output_norm_ = vector_f32("output_norm.weight", c.n_embd);
   output_ = weight("output.weight", c.n_embd, c.n_vocab, /*required=*/false);
   config_.tied_embeddings = !output_.data;
@@ -320,6 +355,8 @@ void Transformer::reserve_workspace(Workspace& ws, int64_t m) const {
   grow(ws.gate, m * c.n_ff);
   grow(ws.up, m * c.n_ff);
   grow(ws.tables, m);
+  if (!perms_.empty())  // act-order weights: their gathered inputs (permuted())
+    for (std::vector<float>& b : ws.xperm) grow(b, static_cast<size_t>(m * std::max({d, q_dim, static_cast<int64_t>(c.n_ff)})));
 }
 
 Pass Transformer::begin(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws) const {
@@ -361,9 +398,14 @@ void Transformer::attention(Pass& p, int layer, const AttnWeights& a, const floa
   const int64_t m = p.m;
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
-  be.matmul(a.wq, in, m, p.q);
-  be.matmul(a.wk, in, m, p.k);
-  be.matmul(a.wv, in, m, p.v);
+  // Act-order weights multiply x[perm]; q, k and v share one gathered copy
+  // when their permutations are the same (as GPTQ's are: one input, one order).
+  const float* xq = permuted(p, a.wq, in, m, 0);
+  const float* xk = a.wk.perm == a.wq.perm ? xq : permuted(p, a.wk, in, m, 1);
+  const float* xv = a.wv.perm == a.wq.perm ? xq : a.wv.perm == a.wk.perm ? xk : permuted(p, a.wv, in, m, 2);
+  be.matmul(a.wq, xq, m, p.q);
+  be.matmul(a.wk, xk, m, p.k);
+  be.matmul(a.wv, xv, m, p.v);
   if (!a.bq.empty()) {
     be.add_bias(p.q, a.bq.data(), m, q_dim);
     be.add_bias(p.k, a.bk.data(), m, kv_dim);
@@ -378,19 +420,21 @@ void Transformer::attention(Pass& p, int layer, const AttnWeights& a, const floa
   p.ab.window = a.window;
   be.kv_write(p.kv.memory(), layer, p.k, p.v, p.ab);
   be.attention(p.q, p.kv.memory(), layer, p.ab, c.n_head, attn_scale_, p.att);
-  be.matmul(a.wo, p.att, m, out);
+  linear(p, a.wo, p.att, m, out);
 }
 
 void Transformer::gated_ffn(Pass& p, const FfnWeights& f, const float* in, float* out) const {
   const ModelConfig& c = config_;
   Backend& be = p.be;
-  be.matmul(f.gate, in, p.m, p.gate);
-  be.matmul(f.up, in, p.m, p.up);
+  const float* xg = permuted(p, f.gate, in, p.m, 0);
+  const float* xu = f.up.perm == f.gate.perm ? xg : permuted(p, f.up, in, p.m, 1);
+  be.matmul(f.gate, xg, p.m, p.gate);
+  be.matmul(f.up, xu, p.m, p.up);
   if (c.ffn_act == "gelu")
     be.geglu(p.gate, p.up, p.gate, p.m * c.n_ff);
   else
     be.swiglu(p.gate, p.up, p.gate, p.m * c.n_ff);
-  be.matmul(f.down, p.gate, p.m, out);
+  linear(p, f.down, p.gate, p.m, out);
 }
 
 void Transformer::output(Pass& p, float* logits) const {
@@ -402,7 +446,7 @@ void Transformer::output(Pass& p, float* logits) const {
   float* rows = grow(p.ws.rows, nr * d);
   for (int64_t i = 0; i < nr; ++i) std::memcpy(rows + i * d, p.x + p.batch.logit_rows[i] * d, sizeof(float) * d);
   p.be.rms_norm(rows, output_norm_.data(), nr, d, c.rms_eps, rows);
-  p.be.matmul(output_, rows, nr, logits);
+  linear(p, output_, rows, nr, logits);
   if (c.final_softcap > 0) p.be.softcap(logits, nr * c.n_vocab, c.final_softcap);
 }
 

@@ -86,7 +86,9 @@ class Transformer : public Model {
   void finish_config();
 
   // ---- weights ----
-  // A matrix of n_out rows of n_in values (GGUF dims [n_in, n_out]).
+  // A matrix of n_out rows of n_in values (GGUF dims [n_in, n_out]), with
+  // its input permutation when the file has "<name>.perm" (act-order GPTQ:
+  // I32, n_in values, a permutation; Error(Format) otherwise).
   WeightView weight(const std::string& name, int64_t n_in, int64_t n_out, bool required = true) const;
   // Rows [first, first + n) of a matrix, as a matrix of its own (fused
   // tensors: Phi-3's attn_qkv and gate+up).
@@ -121,11 +123,23 @@ class Transformer : public Model {
   // Layer `layer`'s feed-forward block in forward(): the gated FFN unless
   // the architecture has another (Mixtral's experts).
   virtual void ffn(Pass& p, int layer, const float* in, float* out) const { gated_ffn(p, layers_[layer].ffn, in, out); }
+  // x[perm] for a weight with an input permutation: the m rows of `in`
+  // (w.n_in values each) gathered into the workspace's buffer `slot`; `in`
+  // itself for any other weight.
+  const float* permuted(Pass& p, const WeightView& w, const float* in, int64_t m, int slot) const;
+  // out[m][w.n_out] = in · Wᵀ, through the input permutation when w has one.
+  void linear(Pass& p, const WeightView& w, const float* in, int64_t m, float* out, int slot = 0) const {
+    p.be.matmul(w, permuted(p, w, in, m, slot), m, out);
+  }
   // Logits of the batch's logit_rows.
   void output(Pass& p, float* logits) const;
 
   std::vector<LayerWeights> layers_;
   mutable std::deque<WeightCache> caches_;  // one per bound matrix (stable addresses)
+  // Input permutations of act-order weights (WeightView::perm points here);
+  // equal ones are stored once, so weights sharing an input (q/k/v,
+  // gate/up) share one gathered copy of it.
+  mutable std::deque<std::vector<int32_t>> perms_;
   WeightView tok_embd_, output_;
   std::vector<float> output_norm_;
   std::vector<float> inv_freq_;  // rope: n_rot / 2 inverse frequencies

@@ -372,6 +372,12 @@ QuantizeStats quantize_calibrated(const std::string& in_path, const std::string&
   const ModelConfig& c = cb.c;
   if (c.arch != "llama" && c.arch != "mistral")
     raise(Status::Unsupported, "%s supports llama-architecture models", quant_method_name(o.method));
+  // The calibration forward reads the matrices' columns in input order; an
+  // act-order checkpoint's permuted INT4 rows ("<name>.perm") are not that.
+  for (const GgufTensorInfo& t : in.tensors())
+    if (t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".perm") == 0)
+      raise(Status::Unsupported, "%s calibration does not take act-order weights with input permutations ('%s'); "
+            "quantize the original float model instead", quant_method_name(o.method), t.name.c_str());
   for (int i = 0; i < c.n_rot / 2; ++i)
     cb.inv_freq.push_back(1.0f / std::pow(c.rope_freq_base, static_cast<float>(2 * i) / static_cast<float>(c.n_rot)));
 

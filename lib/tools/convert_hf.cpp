@@ -48,16 +48,38 @@ QuantizeStats convert_hf(const std::string& dir, const std::string& out_path, co
     DType out;
     bool convert;
     int64_t heads;  // > 0: rows permuted, in groups of this many heads
+    std::vector<int32_t> perm;  // act-order columns to put back in input order (converted rows only)
+  };
+  // Act-order GPTQ matrices come with "<name>.perm" (their input permutation,
+  // a libinfer extension). Kept as they are, both are written; converted,
+  // the rows are put back in input order and the file is an ordinary GGUF.
+  auto perm_base = [&](const GgufTensorInfo& t) -> const GgufTensorInfo* {
+    if (!ends_with(t.name, ".perm")) return nullptr;
+    return in->find_tensor(t.name.substr(0, t.name.size() - 5));
   };
   std::vector<Item> items;
+  int64_t n_unpermuted = 0;
   for (const GgufTensorInfo& t : in->tensors()) {
-    Item it{&t, t.type, false, 0};
+    if (const GgufTensorInfo* base = perm_base(t); base && !o.keep_types && is_quantizable(base->name, base->dims))
+      continue;  // applied to the base's rows below
+    Item it{&t, t.type, false, 0, {}};
     if (permute && (ends_with(t.name, ".attn_q.weight") || ends_with(t.name, ".attn_q.bias"))) it.heads = n_head;
     if (permute && (ends_with(t.name, ".attn_k.weight") || ends_with(t.name, ".attn_k.bias"))) it.heads = n_head_kv;
     if (it.heads > 0 && (t.dims.size() == 2 ? t.dims[1] : t.dims[0]) != it.heads * hd)
       raise(Status::Format, "%s: %lld rows are not %lld heads of %lld", t.name.c_str(),
             (long long)(t.dims.size() == 2 ? t.dims[1] : t.dims[0]), (long long)it.heads, (long long)hd);
     if (!o.keep_types && is_quantizable(t.name, t.dims)) {
+      if (const GgufTensorInfo* p = in->find_tensor(t.name + ".perm")) {
+        if (p->type != DType::I32 || p->n_elements() != t.dims[0])
+          raise(Status::Format, "%s.perm is not an i32 permutation of %lld inputs", t.name.c_str(), (long long)t.dims[0]);
+        it.perm.resize(static_cast<size_t>(t.dims[0]));
+        std::memcpy(it.perm.data(), in->tensor_data(*p), it.perm.size() * 4);
+        std::vector<uint8_t> seen(it.perm.size(), 0);
+        for (int32_t v : it.perm)
+          if (v < 0 || v >= t.dims[0] || seen[static_cast<size_t>(v)]++)
+            raise(Status::Format, "%s.perm is not a permutation of its %lld inputs", t.name.c_str(), (long long)t.dims[0]);
+        ++n_unpermuted;
+      }
       bool fb = false;
       it.out = tensor_type(o.type, t.dims[0], &fb);
       it.convert = true;
@@ -74,6 +96,9 @@ QuantizeStats convert_hf(const std::string& dir, const std::string& out_path, co
     ++st.n_tensors;
     items.push_back(it);
   }
+  if (n_unpermuted > 0 && o.note)
+    o.note(strformat("%lld act-order matrices: columns put back in input order (no .perm tensors written)",
+                     (long long)n_unpermuted));
   w.begin();
   uint64_t done = 0;
   for (const Item& it : items) {
@@ -101,11 +126,18 @@ QuantizeStats convert_hf(const std::string& dir, const std::string& out_path, co
     } else {
       if (it.out == DType::W8A8) raise(Status::Unsupported, "w8a8 output is not supported by convert hf");
       const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(64) << 20) / (4 * n)));
-      std::vector<float> buf;
+      std::vector<float> buf, tmp;
       for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t r1 = std::min(rows, r0 + chunk);
         buf.resize(static_cast<size_t>((r1 - r0) * n));
-        for (int64_t r = r0; r < r1; ++r) dequantize_row(t.type, src + src_row(r) * rb, &buf[(r - r0) * n], n);
+        for (int64_t r = r0; r < r1; ++r) {
+          float* row = &buf[(r - r0) * n];
+          dequantize_row(t.type, src + src_row(r) * rb, row, n);
+          if (!it.perm.empty()) {  // column j is input perm[j]
+            tmp.assign(row, row + n);
+            for (int64_t j = 0; j < n; ++j) row[it.perm[static_cast<size_t>(j)]] = tmp[static_cast<size_t>(j)];
+          }
+        }
         write_rows(w, it.out, buf.data(), r1 - r0, n, nullptr, &pool);
       }
       st.bytes_out += dtype_row_bytes(it.out, n) * rows;

@@ -8,6 +8,13 @@
 // interleaved layout llama GGUF files use and drops the key, so the output
 // is an ordinary llama GGUF that other readers run too. The permutation moves
 // whole rows, so the converted model computes exactly what the directory does.
+//
+// GPTQ / AWQ layers are INT4 blocks in the view and are written as they are;
+// an act-order layer's columns are permuted and its "<name>.perm" (I32, the
+// input permutation: docs/ARCHITECTURE.md) is written beside it, a libinfer
+// extension that our loader applies. Converted to another type (--type), the
+// rows' columns are put back in input order before they are quantized and no
+// .perm is written: an ordinary GGUF, as for the Q/K rows above.
 #pragma once
 
 #include <string>
