@@ -18,7 +18,8 @@ Usage: hf_quant_check.py OUT_DIR  (writes OUT_DIR/{gptq,gptq-f32,actorder,actord
        hf_quant_check.py --bench OUT_DIR  (a larger act-order checkpoint for bench/RESULTS.md:
   OUT_DIR/bench-actorder, hidden 1024, FFN 2816, 6 layers, groups of 128, which loads as
   INT4 blocks; OUT_DIR/bench-uneven, the same with one input moved between two groups of
-  every layer, which loads as the exact-f32 expansion)
+  every layer, which loads as the exact-f32 expansion; OUT_DIR/bench-inorder, the same
+  codes with groups in input order: INT4 blocks without a permutation)
 Exit 77 when numpy is missing (the test then skips)."""
 import json, os, struct, sys
 try:
@@ -212,7 +213,7 @@ def write(kind, root):
 
 def write_bench(root):
     Db, FFb, Gb = 1024, 2816, 128
-    for kind in ("bench-actorder", "bench-uneven"):
+    for kind in ("bench-actorder", "bench-uneven", "bench-inorder"):
         d = os.path.join(root, kind)
         write_common(d, {"quant_method": "gptq", "bits": 4, "group_size": Gb, "desc_act": True, "sym": False,
                          "checkpoint_format": "gptq"}, Db, FFb)
@@ -226,6 +227,8 @@ def write_bench(root):
                 g_idx = r.permutation(np.arange(inn) // Gb)
                 if kind == "bench-uneven":
                     g_idx[np.flatnonzero(g_idx == 1)[0]] = 0
+                elif kind == "bench-inorder":
+                    g_idx = np.arange(inn) // Gb
                 for k, v in pack_gptq(q, z, sc, g_idx).items():
                     ts[f"model.layers.{l}.{name}.{k}"] = v
         write_safetensors(os.path.join(d, "model.safetensors"), ts)
