@@ -628,6 +628,25 @@ TEST_CASE("hf: act-order GPTQ loads onto INT4 blocks with an input permutation",
     INFO("max |logit difference| INT4 vs F32 " << d << " (max |logit| " << scale << ")");
     CHECK(d < 0.03f * scale);
     CHECK(greedy_tokens(*m, prompt, 12) == greedy_tokens(*f, prompt, 12));
+    {  // batch invariance: the same logits bits with another sequence in the steps
+      EngineParams ep;
+      ep.n_threads = 2;
+      ep.n_ctx = 64;
+      Engine e(*m, ep);
+      RequestParams rp;
+      rp.prompt = prompt;
+      rp.max_tokens = 1;
+      rp.logits = kLogitsPrompt;
+      rp.sampling.temperature = 0;
+      RequestParams other = rp;
+      other.prompt = {256, 50, 60, 70, 80, 90, 100, 110, 120, 130, 140, 150, 160};
+      auto r = e.submit(rp);
+      auto r2 = e.submit(other);
+      e.run();
+      REQUIRE(r->finish_reason() != FinishReason::Error);
+      REQUIRE(r2->finish_reason() != FinishReason::Error);
+      CHECK(max_diff(r->logits(), lm) == 0.0f);
+    }
     // infer convert hf: the INT4 blocks and their permutations as they are
     // (libinfer's "<name>.perm" I32 companions), so the same logits.
     const std::string out = root + "/" + kind + ".gguf";
