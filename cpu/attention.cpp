@@ -242,8 +242,7 @@ void run_task(const Ctx& c, const Task& task, Scratch& s) {
         const int qi = ti * G + i;
         float* sp = sc + static_cast<size_t>(qi) * kChunk + (a[ti] - p0);
         if (b.softcap > 0.0f) {  // Gemma 2: cap * tanh(s / cap)
-          const float cap = b.softcap, inv = 1.0f / cap;
-          for (int j = 0; j < e[ti] - a[ti]; ++j) sp[j] = cap * std::tanh(sp[j] * inv);
+          ok.softcap(sp, e[ti] - a[ti], b.softcap);
         }
         lc[qi] = ok.exp_sum(sp, e[ti] - a[ti], &mc[qi]);
         std::fill(oc + static_cast<size_t>(qi) * hd, oc + static_cast<size_t>(qi + 1) * hd, 0.0f);

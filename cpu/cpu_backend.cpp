@@ -64,16 +64,11 @@ class CpuBackend final : public Backend {
     pool_.parallel_for(n, 4 * kElemGrain, [&](int64_t b, int64_t e) { ok_.add(x + b, y + b, e - b); });
   }
 
-  // The ops of a few architectures only (Gemma, Qwen2, Phi-3): plain loops,
-  // each output from its own inputs alone (batch invariant).
+  // The ops of a few architectures only (Gemma, Qwen2, Phi-3): each output
+  // from its own inputs alone (batch invariant; the vector kernels run their
+  // tails through the same vector code).
   void geglu(const float* gate, const float* up, float* out, int64_t n) override {
-    pool_.parallel_for(n, kElemGrain / 4, [&](int64_t b, int64_t e) {
-      constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
-      for (int64_t i = b; i < e; ++i) {
-        const float g = gate[i];
-        out[i] = 0.5f * g * (1.0f + std::tanh(kC * (g + 0.044715f * g * g * g))) * up[i];
-      }
-    });
+    pool_.parallel_for(n, kElemGrain, [&](int64_t b, int64_t e) { ok_.geglu(gate + b, up + b, out + b, e - b); });
   }
 
   void add_bias(float* x, const float* bias, int64_t m, int64_t n) override {
@@ -89,10 +84,7 @@ class CpuBackend final : public Backend {
   }
 
   void softcap(float* x, int64_t n, float cap) override {
-    pool_.parallel_for(n, kElemGrain / 4, [&](int64_t b, int64_t e) {
-      const float inv = 1.0f / cap;
-      for (int64_t i = b; i < e; ++i) x[i] = cap * std::tanh(x[i] * inv);
-    });
+    pool_.parallel_for(n, kElemGrain, [&](int64_t b, int64_t e) { ok_.softcap(x + b, e - b, cap); });
   }
 
   // KV blocks live in host memory, in the reference layout (kv/kv_format.h).

@@ -24,6 +24,8 @@ namespace infer::cpu {
   void swiglu(const float* gate, const float* up, float* out, int64_t n);                                   \
   void add(float* x, const float* y, int64_t n);                                                            \
   void rope(float* v, const float* cs, int half, bool neox);                                                \
+  void geglu(const float* gate, const float* up, float* out, int64_t n);                                    \
+  void softcap(float* x, int64_t n, float cap);                                                             \
   void quantize_acts(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d, \
                      float* xs);
 

@@ -70,6 +70,13 @@ struct IsaKernels {
   // neox, rotated by the angle whose cosine and sine are cs[2i], cs[2i+1]:
   // (a, b) -> (a cos - b sin, a sin + b cos).
   void (*rope)(float* v, const float* cs, int half, bool neox);
+  // GELU (tanh approximation) gating, Gemma's FFN: out = gelu(gate) * up with
+  // gelu(g) = g / 2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), computed as
+  // g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))), the same function
+  // without tanh's cancellation near -1 (out may alias gate or up).
+  void (*geglu)(const float* gate, const float* up, float* out, int64_t n);
+  // Soft-capping (Gemma 2's attention scores and logits): x = cap tanh(x / cap).
+  void (*softcap)(float* x, int64_t n, float cap);
 
   // ---- matmul (cpu/matmul.cpp; internals in cpu/qmatmul.h) ----
   // Quantizes one row of n floats into int8 blocks of `block` values (n_pad

@@ -288,6 +288,68 @@ TEST_CASE("op kernels: a query's scores and sums do not depend on the other quer
   }
 }
 
+TEST_CASE("op kernels: GELU-tanh gating and soft-capping are accurate and batch invariant on every ISA", "[ops]") {
+  // Values from 1e-30 to 1e4 in magnitude (both signs, zero), so both of the
+  // vector tanh's branches (below and above |y| = 1/4), the saturation and
+  // tanh(y) ~ y near 0 are all covered.
+  std::vector<float> x = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-7f, 0.2499999f, 0.25f, 0.2500001f, -0.25f};
+  for (float v = 1e-6f; v < 1e4f; v *= 1.0137f) {
+    x.push_back(v);
+    x.push_back(-v);
+  }
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::vector<float> up = randn(x.size(), 11);
+  for (const cpu::OpKernels* k : all_kernels()) {
+    INFO("isa " << k->isa);
+    // softcap with cap 1 is tanh: relative error against double.
+    for (float cap : {1.0f, 30.0f}) {
+      std::vector<float> t = x;
+      k->softcap(t.data(), n, cap);
+      double worst = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = cap * std::tanh(static_cast<double>(x[i]) / cap);
+        REQUIRE(std::fabs(t[i]) <= cap);
+        REQUIRE(std::signbit(t[i]) == std::signbit(x[i]));
+        if (want != 0) worst = std::max(worst, std::fabs(t[i] - want) / std::fabs(want));
+        else REQUIRE(t[i] == 0.0f);
+      }
+      INFO("cap " << cap << ": worst relative error " << worst);
+      REQUIRE(worst < 1e-6);
+    }
+    // geglu against its definition in double (gates up to |g| = 30: beyond,
+    // g^3 overflows nothing in double but the float result is g * up or 0).
+    std::vector<float> g;
+    for (float v : x)
+      if (std::fabs(v) <= 30.0f) g.push_back(v);
+    std::vector<float> o(g.size());
+    k->geglu(g.data(), up.data(), o.data(), static_cast<int64_t>(g.size()));
+    for (size_t i = 0; i < g.size(); ++i) {
+      const double d = g[i];
+      // 0.5 (1 + tanh(y)) = 1 / (1 + exp(-2y)): the definition, without the
+      // double's own cancellation near tanh = -1 (large negative gates).
+      const double y = std::sqrt(2.0 / M_PI) * (d + 0.044715 * d * d * d);
+      const double want = d / (1.0 + std::exp(-2.0 * y)) * up[i];
+      INFO("g " << g[i]);
+      // Relative: a few float roundings, plus those of the exponent 2y (its
+      // float rounding moves exp by about |2y| ulps).
+      REQUIRE(std::fabs(o[i] - want) <= (2e-6 + 3e-7 * std::fabs(2.0 * y)) * std::fabs(want) + 1e-35);
+    }
+    // Each value alone (the vector tail path) gives the bits it gets inside
+    // the long call, for every offset.
+    for (size_t i = 0; i < g.size(); i += 7) {
+      float one = 0;
+      k->geglu(&g[i], &up[i], &one, 1);
+      REQUIRE(std::memcmp(&one, &o[i], sizeof one) == 0);
+      float c = g[i], all = g[i];
+      k->softcap(&c, 1, 30.0f);
+      std::vector<float> t(g.begin() + static_cast<std::ptrdiff_t>(i), g.end());
+      k->softcap(t.data(), static_cast<int64_t>(t.size()), 30.0f);
+      all = t[0];
+      REQUIRE(std::memcmp(&c, &all, sizeof c) == 0);
+    }
+  }
+}
+
 TEST_CASE("op kernels: vector exp and silu are accurate", "[ops]") {
   for (const cpu::OpKernels* k : all_kernels()) {
     INFO("isa " << k->isa);

@@ -330,6 +330,59 @@ void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// GELU-tanh gating as g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)) * up (see
+// IsaKernels::geglu).
+inline __m256 gelu_mul(__m256 g, __m256 u) {
+  const __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
+  const __m256 z = _mm256_mul_ps(_mm256_set1_ps(-2.0f * 0.7978845608028654f),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, g));
+  return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(z))), u);
+}
+
+// tanh for every lane: below |y| = 1/4 its odd Taylor series to y^11 (the
+// next term is under 2e-9 relative there); above, 1 - 2 / (exp(2|y|) + 1),
+// whose cancellation costs at most a few float ulps of tanh(1/4) and less
+// further out; the sign restored last. exp256 saturates, so large |y| give 1.
+inline __m256 tanh256(__m256 y) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 a = _mm256_andnot_ps(sign, y);
+  const __m256 a2 = _mm256_mul_ps(a, a);
+  __m256 p = _mm256_set1_ps(-1382.0f / 155925.0f);
+  p = _mm256_fmadd_ps(p, a2, _mm256_set1_ps(62.0f / 2835.0f));
+  p = _mm256_fmadd_ps(p, a2, _mm256_set1_ps(-17.0f / 315.0f));
+  p = _mm256_fmadd_ps(p, a2, _mm256_set1_ps(2.0f / 15.0f));
+  p = _mm256_fmadd_ps(p, a2, _mm256_set1_ps(-1.0f / 3.0f));
+  const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, a2), a, a);
+  const __m256 e = exp256(_mm256_add_ps(a, a));
+  const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+  const __m256 t = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_LT_OQ));
+  return _mm256_or_ps(t, _mm256_and_ps(y, sign));
+}
+
+void geglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {  // the tail through the same vector code
+    alignas(32) float g[8] = {}, u[8] = {};
+    std::memcpy(g, gate + i, sizeof(float) * (n - i));
+    std::memcpy(u, up + i, sizeof(float) * (n - i));
+    _mm256_store_ps(g, gelu_mul(_mm256_load_ps(g), _mm256_load_ps(u)));
+    std::memcpy(out + i, g, sizeof(float) * (n - i));
+  }
+}
+
+void softcap_avx2(float* x, int64_t n, float cap) {
+  const __m256 vc = _mm256_set1_ps(cap), vi = _mm256_set1_ps(1.0f / cap);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(vc, tanh256(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi))));
+  if (i < n) {  // the tail through the same vector code
+    alignas(32) float t[8] = {};
+    std::memcpy(t, x + i, sizeof(float) * (n - i));
+    _mm256_store_ps(t, _mm256_mul_ps(vc, tanh256(_mm256_mul_ps(_mm256_load_ps(t), vi))));
+    std::memcpy(x + i, t, sizeof(float) * (n - i));
+  }
+}
+
 void add_avx2(float* x, const float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
@@ -390,6 +443,8 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) { 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) { swiglu_avx2(gate, up, out, n); }
 void add(float* x, const float* y, int64_t n) { add_avx2(x, y, n); }
 void rope(float* v, const float* cs, int half, bool neox) { rope_avx2(v, cs, half, neox); }
+void geglu(const float* gate, const float* up, float* out, int64_t n) { geglu_avx2(gate, up, out, n); }
+void softcap(float* x, int64_t n, float cap) { softcap_avx2(x, n, cap); }
 
 }  // namespace avx2
 

@@ -122,6 +122,19 @@ void add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kC2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-kC2 * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
 void rope(float* v, const float* cs, int half, bool neox) {
   for (int i = 0; i < half; ++i) {
     const int ia = neox ? i : 2 * i;
