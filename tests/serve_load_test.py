@@ -13,9 +13,11 @@ tokens a sequence, so its KV pool is all touched by the first wave); and the
 generated tokens per second compare with `infer bench-serve` at the same
 concurrency (--max-seqs C, --rate 0, same lengths; run before and after the
 server, the mean of the two). The ratio must be at least $INFER_LOAD_MIN_RATIO
-(default 0.3: a sanity floor, CI machines are shared and the Python clients share
-the cores with the server; bench/RESULTS.md records measured
-ratios). Prints SKIPPED: without ../shared's stories260K.
+(default 0.2: a sanity floor that a stalled or serialized server fails. On
+stories260K, the default model, HTTP and the Python clients cost about as much
+CPU per token as the engine and share its 2 cores: a quiet machine measured
+0.33-0.46 (bench/RESULTS.md); on a model whose tokens cost real compute the
+ratio is 1 within noise). Prints SKIPPED: without ../shared's stories260K.
 """
 import argparse
 import http.client
@@ -46,7 +48,7 @@ MODEL = args.model or os.path.join(SHARED, "models", "stories260K.gguf")
 if not os.path.isfile(MODEL):
     print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
     sys.exit(77)
-min_ratio = float(os.environ.get("INFER_LOAD_MIN_RATIO", "0.3"))
+min_ratio = float(os.environ.get("INFER_LOAD_MIN_RATIO", "0.2"))
 
 
 def bench_serve(n_req):
