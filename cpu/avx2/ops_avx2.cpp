@@ -318,16 +318,25 @@ inline __m256 silu_mul(__m256 g, __m256 u) {
   return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
 }
 
-void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+// out = f(gate, up) 8 lanes at a time; the tail through the same vector code
+// (zero padded), so a value's result does not depend on where it sits in the
+// call (batch invariance).
+// F: a lambda (one instantiation each, inlined), not a function pointer.
+template <class F>
+void gated_avx2(const float* gate, const float* up, float* out, int64_t n, F f) {
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
-  if (i < n) {  // the tail through the same vector code
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, f(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  if (i < n) {
     alignas(32) float g[8] = {}, u[8] = {};
     std::memcpy(g, gate + i, sizeof(float) * (n - i));
     std::memcpy(u, up + i, sizeof(float) * (n - i));
-    _mm256_store_ps(g, silu_mul(_mm256_load_ps(g), _mm256_load_ps(u)));
+    _mm256_store_ps(g, f(_mm256_load_ps(g), _mm256_load_ps(u)));
     std::memcpy(out + i, g, sizeof(float) * (n - i));
   }
+}
+
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+  gated_avx2(gate, up, out, n, [](__m256 g, __m256 u) { return silu_mul(g, u); });
 }
 
 // GELU-tanh gating as g * sigmoid(2 sqrt(2/pi) (g + 0.044715 g^3)) * up (see
@@ -360,27 +369,13 @@ inline __m256 tanh256(__m256 y) {
 }
 
 void geglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, gelu_mul(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
-  if (i < n) {  // the tail through the same vector code
-    alignas(32) float g[8] = {}, u[8] = {};
-    std::memcpy(g, gate + i, sizeof(float) * (n - i));
-    std::memcpy(u, up + i, sizeof(float) * (n - i));
-    _mm256_store_ps(g, gelu_mul(_mm256_load_ps(g), _mm256_load_ps(u)));
-    std::memcpy(out + i, g, sizeof(float) * (n - i));
-  }
+  gated_avx2(gate, up, out, n, [](__m256 g, __m256 u) { return gelu_mul(g, u); });
 }
 
 void softcap_avx2(float* x, int64_t n, float cap) {
   const __m256 vc = _mm256_set1_ps(cap), vi = _mm256_set1_ps(1.0f / cap);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(vc, tanh256(_mm256_mul_ps(_mm256_loadu_ps(x + i), vi))));
-  if (i < n) {  // the tail through the same vector code
-    alignas(32) float t[8] = {};
-    std::memcpy(t, x + i, sizeof(float) * (n - i));
-    _mm256_store_ps(t, _mm256_mul_ps(vc, tanh256(_mm256_mul_ps(_mm256_load_ps(t), vi))));
-    std::memcpy(x + i, t, sizeof(float) * (n - i));
-  }
+  // In place; the second operand is unused.
+  gated_avx2(x, x, x, n, [&](__m256 v, __m256) { return _mm256_mul_ps(vc, tanh256(_mm256_mul_ps(v, vi))); });
 }
 
 void add_avx2(float* x, const float* y, int64_t n) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 namespace infer {
 
@@ -137,24 +138,6 @@ class JsonParser {
     return v;
   }
 
-  static void put_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   uint32_t hex4() {
     if (t_.size() - p_ < 4) fail("truncated \\u escape");
     uint32_t v = 0;
@@ -223,7 +206,7 @@ class JsonParser {
             } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
               fail("unpaired surrogate");
             }
-            put_utf8(out, cp);
+            utf8_append(out, cp);
             break;
           }
           default: fail("bad escape");

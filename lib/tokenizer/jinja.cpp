@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/utf8.h"
 
 namespace infer::jinja {
 
@@ -43,24 +44,6 @@ uint32_t decode(std::string_view s, size_t pos, size_t* len) {
   }
   *len = n;
   return cp;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // Python's str.isspace().
@@ -425,7 +408,7 @@ std::string unescape(std::string_view body, int line) {
         }
         if (cp > 0x10FFFF) fail(ErrorKind::Syntax, line, "escape beyond U+10FFFF in a string");
         i += n;
-        append_utf8(out, cp);
+        utf8_append(out, cp);
         break;
       }
       default:
@@ -433,7 +416,7 @@ std::string unescape(std::string_view body, int line) {
           uint32_t cp = static_cast<uint32_t>(e - '0');
           for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k)
             cp = cp * 8 + static_cast<uint32_t>(body[++i] - '0');
-          append_utf8(out, cp);
+          utf8_append(out, cp);
         } else if (e == 'N') {
           fail(ErrorKind::Unsupported, line, "\\N{...} escapes in strings are not supported");
         } else {

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace infer {
 
 // ---- UTF-8 ------------------------------------------------------------------
@@ -37,8 +39,7 @@ inline size_t utf8_len_from_lead(unsigned char c) {
   return 4;
 }
 
-// Appends the UTF-8 encoding of code point cp (cp <= 0x10FFFF).
-void utf8_append(std::string& out, uint32_t cp);
+// utf8_append(out, cp): core/utf8.h.
 
 // U+FFFD REPLACEMENT CHARACTER in UTF-8.
 inline constexpr std::string_view kUtf8Replacement = "\xEF\xBF\xBD";

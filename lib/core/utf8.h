@@ -1,0 +1,30 @@
+// UTF-8 encoding of one code point, shared by every layer that writes text
+// from code points (the JSON reader's \u escapes, the tokenizers, the chat
+// template interpreter).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace infer {
+
+// Appends the UTF-8 encoding of code point cp (<= 0x10FFFF) to out.
+inline void utf8_append(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+}  // namespace infer
