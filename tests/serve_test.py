@@ -444,6 +444,43 @@ st, d = srv2.post("/v1/completions", {"prompt": "hi", "max_tokens": 2}, headers=
 check("API key set: a wrong key is a 401", st == 401, d)
 st, d = srv2.post("/v1/completions", {"prompt": "hi", "max_tokens": 2}, headers={"Authorization": "Bearer sekret"})
 check("API key set: the right key works", st == 200, d)
+# One keep-alive connection: a 401 for a request whose body arrives after
+# its headers (as undici, openai@6's transport, sends them), then a good
+# request on the same connection (openai@6 shares one pool between API
+# keys). The 401 must not leave the refused body in the connection, where it
+# would be read as the start of the next request (a 400 for a good request).
+def raw_post(sock, key, split):
+    body = json.dumps({"prompt": "hi", "max_tokens": 2}).encode()
+    head = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (key, len(body))).encode()
+    if split:
+        sock.sendall(head)
+        time.sleep(0.1)
+        sock.sendall(body)
+    else:
+        sock.sendall(head + body)
+    f = sock.makefile("rb")
+    status = int(f.readline().split()[1])
+    length = 0
+    while True:
+        line = f.readline().strip()
+        if not line:
+            break
+        k, _, v = line.decode().partition(":")
+        if k.lower() == "content-length":
+            length = int(v)
+    return status, json.loads(f.read(length))
+seq = []
+try:
+    ks = socket.create_connection(("127.0.0.1", srv2.port), timeout=30)
+    seq.append(raw_post(ks, "wrong", True)[0])
+    st, d = raw_post(ks, "sekret", False)
+    seq.append((st, d.get("object") or d.get("error", {}).get("message")))
+    ks.close()
+except (OSError, ValueError, IndexError) as e:
+    seq.append(repr(e))
+check("API key set: after a 401 the next request on the keep-alive connection is served (no leftover body)",
+      seq == [401, (200, "text_completion")], seq)
 st, data, _ = srv2.request("GET", "/v1/models")
 check("API key set: /v1/models needs it too", st == 401, st)
 st, data, _ = srv2.request("GET", "/health")

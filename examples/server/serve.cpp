@@ -114,6 +114,19 @@ void send_request_error(httplib::Response& res, const serve::RequestError& e) {
   res.set_content(serve::error_body(e), "application/json");
 }
 
+
+// Whether the request carries the server's API key (always, when none is
+// set): "Authorization: Bearer KEY" or "x-api-key: KEY", compared in
+// constant time.
+bool key_accepted(const Server& s, const httplib::Request& req) {
+  if (s.api_key.empty()) return true;
+  std::string given = req.get_header_value("Authorization");
+  if (given.rfind("Bearer ", 0) == 0) given = given.substr(7);
+  else given = req.get_header_value("x-api-key");
+  unsigned diff = given.size() != s.api_key.size();
+  for (size_t i = 0; i < s.api_key.size(); ++i) diff |= static_cast<unsigned>(i < given.size() ? given[i] ^ s.api_key[i] : 1);
+  return diff == 0;
+}
 // A C API failure as an HTTP error: the caller's fault is a 400, running
 // out of room a 503, anything else a 500.
 void send_status_error(httplib::Response& res, infer_status st, const std::string& what) {
@@ -1044,18 +1057,6 @@ int cmd_serve(int argc, char** argv) {
   http.set_write_timeout(std::chrono::seconds(30));
   http.set_keep_alive_timeout(5);
   Server& s = *srv;
-  http.set_pre_routing_handler([&s](const httplib::Request& req, httplib::Response& res) {
-    if (s.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    std::string given = req.get_header_value("Authorization");
-    if (given.rfind("Bearer ", 0) == 0) given = given.substr(7);
-    else given = req.get_header_value("x-api-key");
-    // Compared in constant time.
-    unsigned diff = given.size() != s.api_key.size();
-    for (size_t i = 0; i < s.api_key.size(); ++i) diff |= static_cast<unsigned>(i < given.size() ? given[i] ^ s.api_key[i] : 1);
-    if (diff == 0) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "invalid or missing API key (Authorization: Bearer KEY)", "authentication_error", "invalid_api_key");
-    return httplib::Server::HandlerResponse::Handled;
-  });
   http.set_error_handler([&s](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 404) send_error(res, 404, "no such endpoint", "invalid_request_error", "not_found");
@@ -1080,37 +1081,51 @@ int cmd_serve(int argc, char** argv) {
     log_line(s, req, res, 0);
   });
 
-  http.Post("/v1/chat/completions", [&s](const httplib::Request& q, httplib::Response& r) {
+  // The API key is checked in each handler, after httplib has read the
+  // request's body: answering earlier (in a pre-routing handler) leaves the
+  // refused body in the connection, where the next keep-alive request on it
+  // would be parsed from it (a 400 for a well-formed request).
+  auto keyed = [&s](auto handler) {
+    return [&s, handler](const httplib::Request& q, httplib::Response& r) {
+      if (!key_accepted(s, q)) {
+        send_error(r, 401, "invalid or missing API key (Authorization: Bearer KEY)", "authentication_error",
+                   "invalid_api_key");
+        return;
+      }
+      handler(q, r);
+    };
+  };
+  http.Post("/v1/chat/completions", keyed([&s](const httplib::Request& q, httplib::Response& r) {
     handle_completion(s, q, r, serve::Endpoint::Chat);
-  });
-  http.Post("/v1/completions", [&s](const httplib::Request& q, httplib::Response& r) {
+  }));
+  http.Post("/v1/completions", keyed([&s](const httplib::Request& q, httplib::Response& r) {
     handle_completion(s, q, r, serve::Endpoint::Completion);
-  });
-  http.Post("/apply-template", [&s](const httplib::Request& q, httplib::Response& r) { handle_apply_template(s, q, r); });
-  http.Post("/tokenize", [&s](const httplib::Request& q, httplib::Response& r) { handle_tokenize(s, q, r); });
-  http.Post("/detokenize", [&s](const httplib::Request& q, httplib::Response& r) { handle_detokenize(s, q, r); });
+  }));
+  http.Post("/apply-template", keyed([&s](const httplib::Request& q, httplib::Response& r) { handle_apply_template(s, q, r); }));
+  http.Post("/tokenize", keyed([&s](const httplib::Request& q, httplib::Response& r) { handle_tokenize(s, q, r); }));
+  http.Post("/detokenize", keyed([&s](const httplib::Request& q, httplib::Response& r) { handle_detokenize(s, q, r); }));
   http.Get("/health", [&s](const httplib::Request&, httplib::Response& r) {
     if (s.draining) return send_error(r, 503, "the server is shutting down", "server_error", "shutting_down");
     if (!s.ready) return send_error(r, 503, "the model is loading", "server_error", "loading");
     r.set_content(R"({"status":"ok"})", "application/json");
   });
-  http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& r) {
+  http.Get("/v1/models", keyed([&s](const httplib::Request&, httplib::Response& r) {
     json data = json::array();
     if (s.ready) data.push_back(model_json(s));
     r.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
-  });
-  http.Get(R"(/v1/models/(.+))", [&s](const httplib::Request& q, httplib::Response& r) {
+  }));
+  http.Get(R"(/v1/models/(.+))", keyed([&s](const httplib::Request& q, httplib::Response& r) {
     if (!s.ready || q.matches[1] != s.model_id)
       return send_error(r, 404, "the model '" + std::string(q.matches[1]) + "' does not exist", "invalid_request_error",
                         "model_not_found", "model");
     r.set_content(dump(model_json(s)), "application/json");
-  });
-  http.Get("/metrics", [&s](const httplib::Request&, httplib::Response& r) {
+  }));
+  http.Get("/metrics", keyed([&s](const httplib::Request&, httplib::Response& r) {
     infer_engine_stats es;
     infer_engine_stats_init(&es);
     const bool have = s.ready && infer_engine_get_stats(s.engine, &es) == INFER_OK;
     r.set_content(s.metrics.render(have ? &es : nullptr, s.in_flight.load()), "text/plain; version=0.0.4; charset=utf-8");
-  });
+  }));
 
   // Listen first: /health answers 503 while the model loads.
   const int bound = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
