@@ -6,8 +6,12 @@
 #
 #   serve_openai_test.sh PATH_TO_INFER WORK_DIR
 #
-# The package is installed with npm into WORK_DIR/node_modules once (npm needs
-# the registry). Prints "SKIPPED: ..." (CTest reports the test skipped) when
+# The package (openai@6, whose transport is Node's own fetch) is installed
+# with npm into WORK_DIR/openai6/node_modules once (npm needs the registry).
+# Not openai@4: with Debian 12's node (18.20.4+dfsg-1~deb12u3) its node-fetch@2
+# transport failed every streamed response with "Premature close", against
+# Node's own http server as much as ours (a client defect that the 2026 Node
+# security releases exposed; Node 20.20 here did not show it). Prints "SKIPPED: ..." (CTest reports the test skipped) when
 # the shared model, node/npm or the package cannot be had.
 set -u
 INFER=${1:?usage: serve_openai_test.sh INFER WORK_DIR}
@@ -19,9 +23,10 @@ if [ ! -f "$MODEL" ]; then echo "SKIPPED: $MODEL not found (set INFER_SHARED_DIR
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "SKIPPED: node and npm are not installed (scripts/deps.sh --test installs them)"; exit 77
 fi
+WORK=$WORK/openai6
 mkdir -p "$WORK"
 if [ ! -f "$WORK/node_modules/openai/package.json" ]; then
-  if ! timeout 300 npm install --no-audit --no-fund --loglevel=error --prefix "$WORK" openai@4 >"$WORK/npm.log" 2>&1; then
+  if ! timeout 300 npm install --no-audit --no-fund --loglevel=error --prefix "$WORK" openai@6 >"$WORK/npm.log" 2>&1; then
     echo "SKIPPED: cannot install the npm openai package (no network?):"
     tail -n 5 "$WORK/npm.log"
     exit 77
