@@ -109,6 +109,18 @@ if [ -d /usr/local/cuda ]; then
   bind "$(readlink -f /usr/local/cuda)" "$rootfs/usr/local/cuda" ro
 fi
 cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf" 2>/dev/null || true
+# The network's own trust anchors: where this machine reaches the internet
+# through a proxy with its own certificate authority (installed, as Debian
+# expects local CAs, under /usr/local/share/ca-certificates), the fresh root
+# trusts it too, as a new machine on this network would. Without it npm cannot
+# reach its registry and the OpenAI client test reports itself skipped.
+if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  mkdir -p "$rootfs/usr/local/share/ca-certificates"
+  if ! { cp -L /usr/local/share/ca-certificates/*.crt "$rootfs/usr/local/share/ca-certificates/" &&
+         chroot "$rootfs" update-ca-certificates >/dev/null 2>&1; }; then
+    echo "fresh-check: the local CA certificates could not be added (npm may not reach its registry)"
+  fi
+fi
 
 if [ "$what" = run ]; then
   cmd=(./scripts/run.sh "$@")
@@ -118,6 +130,7 @@ fi
 echo "== fresh-check: running ${cmd[*]} in the fresh root"
 env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   LANG=C.UTF-8 TERM="${TERM:-dumb}" CI="${CI:-}" \
+  ${NODE_EXTRA_CA_CERTS:+NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt} \
   ${INFER_FUZZ_SECONDS:+INFER_FUZZ_SECONDS=$INFER_FUZZ_SECONDS} \
   chroot "$rootfs" /bin/bash -c 'cd /src/main && exec "$@"' bash "${cmd[@]}"
 echo "== fresh-check: ${cmd[*]} passed on a fresh Debian 12 root ($(( $(date +%s) - t0 )) s in all)"
