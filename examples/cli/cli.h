@@ -449,6 +449,33 @@ struct Register {
   explicit Register(Command c) { commands().push_back(c); }
 };
 
+// `infer bench-serve --url`: the same workload sent over HTTP to an
+// OpenAI-compatible server (examples/server/bench_http.cpp, built with
+// `infer serve`; http_bench() is nullptr in a CLI built without it).
+struct HttpBenchJob {
+  double at_s = 0;               // arrival time from the start (0 for all: closed loop)
+  std::vector<int32_t> prompt;   // token ids, sent as the prompt
+  int32_t max_tokens = 0;
+};
+struct HttpBenchOutcome {
+  enum Kind { Lost = 0, Ok, Failed } kind = Lost;  // Failed: an HTTP or in-stream error body
+  int64_t tokens = 0;                              // usage.completion_tokens
+  double ttft_ms = NAN, e2e_ms = NAN;
+  std::string what;                                // why it failed or was lost
+};
+struct HttpBenchConfig {
+  std::string url;       // http://HOST:PORT (the API under /v1)
+  std::string api_key;
+  std::string model;     // the "model" field of each request
+  int concurrency = 1;   // requests in flight at most
+};
+using HttpBenchFn = void (*)(const HttpBenchConfig& cfg, const std::vector<HttpBenchJob>& jobs,
+                             std::vector<HttpBenchOutcome>& out);
+inline HttpBenchFn& http_bench() {
+  static HttpBenchFn fn = nullptr;
+  return fn;
+}
+
 // The help of one command: synopsis, then every flag of its table with its
 // value and default.
 void print_command_help(const Command& c, std::FILE* f);

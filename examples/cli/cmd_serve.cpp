@@ -84,7 +84,89 @@ const FlagTable kBenchServeFlags = kModelFlags + FlagTable{
 } + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
     {"--step-log", "FILE", nullptr, "write one line per engine step (rows, sequences, forward time)"},
     {"--json", nullptr, nullptr, "one JSON object on stdout"},
+    {"--url", "URL", nullptr, "send the workload to an OpenAI-compatible server at URL (http://HOST:PORT) instead"},
+    {"--concurrency", "N", "--max-seqs", "with --url: requests in flight at most"},
+    {"--api-key", "KEY", nullptr, "with --url: the server's API key"},
+    {"--served-model", "NAME", "the model file's name", "with --url: the requests' \"model\" field"},
 };
+
+// bench-serve --url: the workload over HTTP (examples/server/bench_http.cpp).
+// The model file is opened for its vocabulary only (the token ids of the
+// prompts); the engine flags do not apply, the server has its own.
+int bench_serve_url(const Args& a, const std::string& policy, double rate, const Dist& prompt_len,
+                    const Dist& output_len, std::mt19937_64& rng, int32_t n_requests) {
+  if (!http_bench()) throw UsageError{"--url: this infer was built without the HTTP client (libcpp-httplib-dev)"};
+  (void)policy;
+  const std::string path = model_path(a);
+  Model model(path, backend_flag(a), /*vocab_only=*/true);
+  infer_model_info info;
+  infer_model_info_init(&info);
+  check(infer_model_get_info(model.m, &info), "reading model info");
+  HttpBenchConfig cfg;
+  cfg.url = a.get("--url", "");
+  cfg.api_key = a.get("--api-key", "");
+  cfg.concurrency = static_cast<int>(a.get_int("--concurrency", a.get_int("--max-seqs", 16, 1, 65536), 1, 65536));
+  const size_t slash = path.find_last_of('/');
+  cfg.model = a.get("--served-model", slash == std::string::npos ? path : path.substr(slash + 1));
+  const int32_t ctx = std::min(info.n_ctx_train > 0 ? info.n_ctx_train : 2048, 4096);
+  std::vector<HttpBenchJob> jobs(static_cast<size_t>(n_requests));
+  double t = 0;
+  for (HttpBenchJob& j : jobs) {
+    if (rate > 0) t += std::exponential_distribution<double>(rate)(rng);
+    j.at_s = t;
+    const int32_t pl = prompt_len.draw(rng, 1, ctx / 2);
+    j.max_tokens = output_len.draw(rng, 1, ctx - pl - 1);
+    j.prompt.push_back(info.bos_token >= 0 ? info.bos_token : 1);
+    for (int32_t k = 1; k < pl; ++k) j.prompt.push_back(static_cast<int32_t>(3 + rng() % (info.n_vocab - 3)));
+  }
+  std::vector<HttpBenchOutcome> out;
+  const auto start = std::chrono::steady_clock::now();
+  http_bench()(cfg, jobs, out);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<double> ttft, tpot, e2e;
+  long long generated = 0;
+  int ok = 0, failed = 0, lost = 0, short_ = 0;
+  std::string first_problem;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const HttpBenchOutcome& o = out[i];
+    if (o.kind != HttpBenchOutcome::Ok) {
+      (o.kind == HttpBenchOutcome::Failed ? failed : lost) += 1;
+      if (first_problem.empty()) first_problem = "request " + std::to_string(i) + ": " + o.what;
+      continue;
+    }
+    ++ok;
+    // ignore_eos: a request ends short only at the server's context limit.
+    if (o.tokens < jobs[i].max_tokens) ++short_;
+    generated += o.tokens;
+    ttft.push_back(o.ttft_ms);
+    if (o.tokens > 1) tpot.push_back((o.e2e_ms - o.ttft_ms) / double(o.tokens - 1));
+    e2e.push_back(o.e2e_ms);
+  }
+  const double tok_s = generated / elapsed, req_s = n_requests / elapsed;
+  if (a.flag("--json")) {
+    std::printf("{\"url\": \"%s\", \"concurrency\": %d, \"requests\": %d, \"rate\": %s, \"duration_s\": %s, "
+                "\"generated_tokens\": %lld, \"generated_tokens_per_s\": %s, \"requests_per_s\": %s, "
+                "\"ttft_ms_p50\": %s, \"ttft_ms_p90\": %s, \"ttft_ms_p99\": %s, \"tpot_ms_p50\": %s, "
+                "\"tpot_ms_p90\": %s, \"tpot_ms_p99\": %s, \"e2e_ms_p50\": %s, \"e2e_ms_p99\": %s, "
+                "\"requests_ok\": %d, \"requests_short\": %d, \"requests_failed\": %d, \"requests_lost\": %d, "
+                "\"errors\": %d}\n",
+                json_escape(cfg.url).c_str(), cfg.concurrency, n_requests, num(rate).c_str(), num(elapsed).c_str(),
+                generated, num(tok_s).c_str(), num(req_s).c_str(), num(percentile(ttft, 50)).c_str(),
+                num(percentile(ttft, 90)).c_str(), num(percentile(ttft, 99)).c_str(), num(percentile(tpot, 50)).c_str(),
+                num(percentile(tpot, 90)).c_str(), num(percentile(tpot, 99)).c_str(), num(percentile(e2e, 50)).c_str(),
+                num(percentile(e2e, 99)).c_str(), ok, short_, failed, lost, failed + lost);
+  } else {
+    std::printf("%s: %d requests at %.2f/s, %d in flight at most, in %.2f s (%d ok, %d short, %d failed, %d lost)\n",
+                cfg.url.c_str(), n_requests, rate, cfg.concurrency, elapsed, ok, short_, failed, lost);
+    std::printf("  generated %lld tokens: %.1f tok/s, %.2f req/s\n", generated, tok_s, req_s);
+    std::printf("  TTFT ms p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 50), percentile(ttft, 90),
+                percentile(ttft, 99));
+    std::printf("  TPOT ms p50 %.2f  p90 %.2f  p99 %.2f\n", percentile(tpot, 50), percentile(tpot, 90),
+                percentile(tpot, 99));
+  }
+  if (!first_problem.empty()) std::fprintf(stderr, "bench-serve: first problem: %s\n", first_problem.c_str());
+  return failed + lost ? 1 : 0;
+}
 
 int cmd_bench_serve(int argc, char** argv) {
   Args a(argc, argv, 2, kBenchServeFlags);
@@ -99,6 +181,9 @@ int cmd_bench_serve(int argc, char** argv) {
 
   if (policy != "continuous" && policy != "static" && policy != "dynamic")
     throw UsageError{"--policy must be static, dynamic or continuous"};
+  if (a.has("--url")) return bench_serve_url(a, policy, rate, prompt_len, output_len, rng, n_requests);
+  for (const char* f : {"--concurrency", "--api-key", "--served-model"})
+    if (a.has(f)) throw UsageError{std::string(f) + " needs --url"};
   (void)backend_flag(a);
   Model model(model_path(a), backend_flag(a));
   infer_model_info info;
