@@ -8,8 +8,11 @@ if(NOT INFER_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      # sm_75 is the oldest nvcc 13 targets; 90 for H100/H200. Keep the list short: build time.
-      set(CMAKE_CUDA_ARCHITECTURES 75 90)
+      # Ampere (A100: 80; A10/RTX 30: 86), Ada (L4/RTX 40: 89) and Hopper with
+      # its arch-specific instructions (H100/H200: 90a). Code that needs
+      # Hopper-only features is guarded by __CUDA_ARCH__ / feature macros, so
+      # every target builds. Override with -DCMAKE_CUDA_ARCHITECTURES=native.
+      set(CMAKE_CUDA_ARCHITECTURES 80 86 89 90a)
     endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)

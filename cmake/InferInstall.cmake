@@ -38,10 +38,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
 target_link_libraries(infer_static INTERFACE $<INSTALL_INTERFACE:stdc++> $<INSTALL_INTERFACE:m>)
 set(INFER_PC_LIBS_PRIVATE "-ldnnl -lpcre2-8 -lutf8proc -lstdc++ -lm -lpthread")
 if(INFER_HAVE_CUDA)
-  # The CUDA backend is a separate static library (libinfer_cuda.a) with
-  # cuBLAS and the static CUDA runtime.
+  # The CUDA backend is a separate static library (libinfer_cuda.a) with the
+  # static CUDA runtime (cuBLAS is opened at run time: not linked).
   set(INFER_PC_LIBS_PRIVATE
-    "-linfer_cuda ${INFER_PC_LIBS_PRIVATE} -L${CUDAToolkit_LIBRARY_DIR} -lcublas -lcudart_static -ldl -lrt")
+    "-linfer_cuda ${INFER_PC_LIBS_PRIVATE} -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
 endif()
 
 # infer.pc is relocatable: the prefix is found from where the file is.

@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include "core/error.h"
+
 namespace infer::cuda {
 
 int device_count() {
@@ -11,6 +13,55 @@ int device_count() {
     return 0;
   }
   return n;
+}
+
+DeviceProbe probe_devices() {
+  DeviceProbe p;
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    switch (e) {
+      case cudaErrorInsufficientDriver:
+        p.state = DeviceState::NoDriver;
+        p.reason = "no usable NVIDIA driver (libcuda.so.1 missing or older than CUDA 13 needs)";
+        break;
+      case cudaErrorNoDevice:
+        p.state = DeviceState::NoDevice;
+        p.reason = "the NVIDIA driver sees no CUDA device (check CUDA_VISIBLE_DEVICES)";
+        break;
+      default:
+        p.state = DeviceState::Error;
+        p.reason = std::string("the CUDA runtime cannot start: ") + cudaGetErrorString(e);
+        break;
+    }
+    return p;
+  }
+  p.n_devices = n;
+  if (n == 0) {
+    p.state = DeviceState::NoDevice;
+    p.reason = "no CUDA device visible";
+    return p;
+  }
+  std::string seen;
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    if (prop.major >= 8) {
+      p.state = DeviceState::Usable;
+      p.device = i;
+      p.name = prop.name;
+      return p;
+    }
+    seen += (seen.empty() ? "" : ", ") + std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+            std::to_string(prop.minor) + ")";
+  }
+  p.state = DeviceState::TooOld;
+  p.reason = "no CUDA device of compute capability 8.0 or newer (found " + seen + ")";
+  return p;
 }
 
 std::string device_name(int i) {
@@ -39,6 +90,50 @@ bool scale_roundtrip(const float* in, float* out, int n, float scale, std::strin
   }
   cudaFree(d);
   return ok;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : n_(bytes) {
+  if (bytes == 0) return;
+  const cudaError_t e = cudaMalloc(&p_, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    p_ = nullptr;
+    n_ = 0;
+    raise(e == cudaErrorMemoryAllocation ? Status::OutOfMemory : Status::Backend, "CUDA: cannot allocate %zu bytes: %s",
+          bytes, cudaGetErrorString(e));
+  }
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (p_) cudaFree(p_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (p_) cudaFree(p_);
+    p_ = o.p_;
+    n_ = o.n_;
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::upload(const void* src, size_t bytes) {
+  if (bytes > n_) raise(Status::Internal, "CUDA upload of %zu bytes into %zu", bytes, n_);
+  const cudaError_t e = cudaMemcpy(p_, src, bytes, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) raise(Status::Backend, "CUDA upload: %s", cudaGetErrorString(e));
+}
+
+void DeviceBuffer::download(void* dst, size_t bytes) const {
+  if (bytes > n_) raise(Status::Internal, "CUDA download of %zu bytes from %zu", bytes, n_);
+  const cudaError_t e = cudaMemcpy(dst, p_, bytes, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) raise(Status::Backend, "CUDA download: %s", cudaGetErrorString(e));
+}
+
+void device_synchronize() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) raise(Status::Backend, "CUDA: %s", cudaGetErrorString(e));
 }
 
 }  // namespace infer::cuda

@@ -1,11 +1,27 @@
 // The CUDA backend's entry points seen by the core (plain C++ declarations, no
-// CUDA headers). Only the skeleton exists so far: device discovery and a
-// checked round trip through device memory.
+// CUDA headers): device discovery for the backend factory, and a checked
+// round trip through device memory.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace infer::cuda {
+
+// Whether this machine can run the CUDA backend, asked once per call (cheap
+// after the first: the runtime caches the driver). `reason` is empty when it
+// can; otherwise it says why in words meant for a log line or an error
+// message: no driver, no device, or no device new enough for the kernels this
+// library was compiled for (compute capability 8.0 and newer).
+enum class DeviceState { Usable, NoDriver, NoDevice, TooOld, Error };
+struct DeviceProbe {
+  DeviceState state = DeviceState::Error;
+  int n_devices = 0;      // devices visible to the runtime
+  int device = -1;        // the first usable one
+  std::string name;       // its name
+  std::string reason;     // "" when usable
+};
+DeviceProbe probe_devices();
 
 // Number of visible CUDA devices; 0 when there is no driver or no GPU.
 int device_count();
@@ -14,5 +30,39 @@ std::string device_name(int i);
 // Copies n floats to the device, scales them there and copies them back.
 // Returns false (and fills err) when any CUDA call fails.
 bool scale_roundtrip(const float* in, float* out, int n, float scale, std::string* err);
+
+// Device memory owned by one object (the backend's weights, the GPU tests'
+// buffers). Error(OutOfMemory) naming the bytes when it cannot be had,
+// Error(Backend) when a copy fails.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return p_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t size() const { return n_; }
+  // Copies bytes (at most size()) from / to host memory, waiting for them.
+  void upload(const void* src, size_t bytes);
+  void download(void* dst, size_t bytes) const;
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+// A buffer holding a copy of n host values.
+template <typename T>
+DeviceBuffer to_device(const T* src, size_t n) {
+  DeviceBuffer b(n * sizeof(T));
+  b.upload(src, n * sizeof(T));
+  return b;
+}
+// Waits for the device; Error(Backend) with the error a kernel left.
+void device_synchronize();
 
 }  // namespace infer::cuda

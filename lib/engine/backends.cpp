@@ -4,6 +4,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#ifdef INFER_HAVE_CUDA
+#include "cuda/cuda_backend.h"
+#endif
 
 namespace infer {
 
@@ -16,13 +19,44 @@ const char* backend_kind_name(BackendKind k) {
   return "unknown";
 }
 
+// Whether the CUDA backend can run here: "" when it can, else why not.
+// *status is the status INFER_BACKEND_CUDA fails with: UNSUPPORTED when this
+// build cannot (compiled without CUDA; the backend cannot run models yet),
+// BACKEND when the machine cannot (no driver, no device, too old a device).
+static std::string cuda_unavailable(Status* status) {
+#ifdef INFER_HAVE_CUDA
+  const cuda::DeviceProbe p = cuda::probe_devices();
+  if (p.state != cuda::DeviceState::Usable) {
+    *status = Status::Backend;
+    return p.reason;
+  }
+  // A device is there, but the CUDA backend does not implement the Backend
+  // interface yet (issue #16): its kernels are built and tested on their own.
+  *status = Status::Unsupported;
+  return "found " + p.name + ", but the CUDA backend cannot run models yet in this version";
+#else
+  *status = Status::Unsupported;
+  return "this libinfer was built without the CUDA backend";
+#endif
+}
+
 BackendKind resolve_backend(BackendKind requested) {
   switch (requested) {
-    case BackendKind::Auto:
     case BackendKind::Cpu:
       return BackendKind::Cpu;
-    case BackendKind::Cuda:
-      raise(Status::Unsupported, "the CUDA backend cannot run models yet in this version (use the CPU backend)");
+    case BackendKind::Auto: {
+      Status st = Status::Ok;
+      const std::string why = cuda_unavailable(&st);
+      if (why.empty()) return BackendKind::Cuda;
+      log(LogLevel::Info, "no CUDA device: using the CPU backend (%s)", why.c_str());
+      return BackendKind::Cpu;
+    }
+    case BackendKind::Cuda: {
+      Status st = Status::Ok;
+      const std::string why = cuda_unavailable(&st);
+      if (why.empty()) return BackendKind::Cuda;
+      raise(st, "INFER_BACKEND_CUDA: %s", why.c_str());
+    }
   }
   raise(Status::InvalidArgument, "unknown backend %d", static_cast<int>(requested));
 }

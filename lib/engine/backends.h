@@ -12,8 +12,11 @@
 
 namespace infer {
 
-// AUTO: the CPU for now (a CUDA build will pick a usable GPU first).
-// CUDA: Error(Unsupported) with a clear message until the CUDA backend lands.
+// AUTO: CUDA when it can run here, else the CPU, saying why in one Info log
+// line ("no CUDA device: using the CPU backend (reason)").
+// CUDA: Error(Backend) when the machine has no usable driver or device,
+// Error(Unsupported) when this build has no CUDA backend or it cannot run
+// models yet (issue #16); the message names the reason.
 BackendKind resolve_backend(BackendKind requested);
 
 // A backend of `kind` (resolved) running on `pool`.
