@@ -1,6 +1,6 @@
 // The CUDA backend (cuda/): what a machine without a GPU checks for real
 // (the backend factory's fallback and refusal, through C++ and the C API;
-// the cuBLAS loader) and, on a GPU, a round trip through device memory.
+// the cuBLAS loader) and, on a GPU, every kernel against the CPU backend.
 // GPU tests say "SKIPPED:" (CTest reports them skipped) when no usable
 // device is visible; bench/gpu-check.sh runs them on a GPU machine.
 #include <algorithm>
@@ -18,11 +18,15 @@
 #include "core/threadpool.h"
 #include "engine/backends.h"
 #include "infer/infer.h"
+#include "kv/kv_format.h"
+#include "quant/formats.h"
 #include "test_util.h"
 
 #ifdef INFER_HAVE_CUDA
 #include "cuda/cublas_loader.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/kernels.h"
+#include "cuda/repack.h"
 #endif
 
 using namespace infer;
@@ -187,6 +191,34 @@ TEST_CASE("CUDA: devices are counted and a missing one is reported", "[cuda]") {
     }                                                                        \
   } while (0)
 
+namespace {
+
+std::vector<float> gauss(size_t n, uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+template <typename T>
+std::vector<T> from_device(const cuda::DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  b.download(v.data(), n * sizeof(T));
+  return v;
+}
+
+// |a - b| <= atol + rtol |b| everywhere.
+void require_close(const std::vector<float>& got, const std::vector<float>& want, float atol, float rtol) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("i " << i << " got " << got[i] << " want " << want[i]);
+    REQUIRE(std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i]));
+  }
+}
+
+}  // namespace
+
 TEST_CASE("CUDA GPU: device round trip", "[cuda][gpu]") {
   REQUIRE_GPU();
   std::vector<float> in(1000), out(1000);
@@ -194,6 +226,223 @@ TEST_CASE("CUDA GPU: device round trip", "[cuda][gpu]") {
   std::string err;
   REQUIRE(cuda::scale_roundtrip(in.data(), out.data(), 1000, 0.5f, &err));
   for (int i = 0; i < 1000; ++i) REQUIRE(out[i] == in[i] * 0.5f);
+}
+
+TEST_CASE("CUDA GPU: RMSNorm, RoPE, SwiGLU, add and argmax equal the CPU backend", "[cuda][gpu]") {
+  REQUIRE_GPU();
+  ThreadPool pool(1);
+  std::unique_ptr<Backend> cpu = make_cpu_backend(pool);
+  for (int64_t n : {1, 7, 64, 4097}) {
+    for (int64_t m : {1, 3}) {
+      INFO("m " << m << " n " << n);
+      const std::vector<float> x = gauss(m * n, 1), w = gauss(n, 2), y = gauss(m * n, 3);
+      std::vector<float> want(m * n);
+      cpu->rms_norm(x.data(), w.data(), m, n, 1e-5f, want.data());
+      auto dx = cuda::to_device(x.data(), x.size()), dw = cuda::to_device(w.data(), w.size()),
+           dy = cuda::to_device(y.data(), y.size());
+      cuda::DeviceBuffer dout(m * n * sizeof(float));
+      cuda::launch_rms_norm(dx.as<float>(), dw.as<float>(), m, n, 1e-5f, dout.as<float>(), nullptr);
+      cuda::device_synchronize();
+      require_close(from_device<float>(dout, m * n), want, 1e-5f, 1e-5f);
+
+      cpu->swiglu(x.data(), y.data(), want.data(), m * n);
+      cuda::launch_swiglu(dx.as<float>(), dy.as<float>(), dout.as<float>(), m * n, nullptr);
+      cuda::device_synchronize();
+      require_close(from_device<float>(dout, m * n), want, 1e-6f, 1e-5f);
+
+      want = x;
+      cpu->add(want.data(), y.data(), m * n);
+      cuda::launch_add(dx.as<float>(), dy.as<float>(), m * n, nullptr);
+      cuda::device_synchronize();
+      REQUIRE(from_device<float>(dx, m * n) == want);  // exact
+
+      std::vector<float> logits = gauss(m * n, 4);
+      if (n > 5) logits[n - 1] = logits[2] = 100.0f;  // a tie: the first wins
+      auto dl = cuda::to_device(logits.data(), logits.size());
+      cuda::DeviceBuffer dam(m * sizeof(int32_t));
+      cuda::launch_argmax(dl.as<float>(), m, n, dam.as<int32_t>(), nullptr);
+      cuda::device_synchronize();
+      const std::vector<int32_t> am = from_device<int32_t>(dam, m);
+      for (int64_t r = 0; r < m; ++r)
+        CHECK(am[r] == std::max_element(logits.begin() + r * n, logits.begin() + (r + 1) * n) - (logits.begin() + r * n));
+    }
+  }
+  // RoPE: both pair layouts, partial rotation, scaled positions.
+  for (bool neox : {false, true})
+    for (int n_rot : {64, 32}) {
+      const int m = 5, n_heads = 3, hd = 64;
+      std::vector<float> freq(n_rot / 2);
+      for (int i = 0; i < n_rot / 2; ++i) freq[i] = std::pow(10000.0f, -2.0f * i / n_rot);
+      const std::vector<int32_t> pos = {0, 1, 17, 400, 4095};
+      RopeParams rp;
+      rp.n_rot = n_rot;
+      rp.neox = neox;
+      rp.inv_freq = freq.data();
+      rp.pos_scale = 0.5f;
+      rp.mscale = 1.1f;
+      std::vector<float> x = gauss(m * n_heads * hd, 5);
+      auto dx = cuda::to_device(x.data(), x.size());
+      auto dpos = cuda::to_device(pos.data(), pos.size());
+      auto dfreq = cuda::to_device(freq.data(), freq.size());
+      cpu->rope(x.data(), m, n_heads, hd, pos.data(), rp);
+      cuda::launch_rope(dx.as<float>(), m, n_heads, hd, dpos.as<int32_t>(), n_rot, neox, dfreq.as<float>(), 0.5f, 1.1f,
+                        nullptr);
+      cuda::device_synchronize();
+      INFO("neox " << neox << " n_rot " << n_rot);
+      require_close(from_device<float>(dx, x.size()), x, 1e-4f, 1e-4f);
+    }
+}
+
+TEST_CASE("CUDA GPU: W4A16 and Q8_0 matmuls equal the CPU backend at M = 1..8", "[cuda][gpu]") {
+  REQUIRE_GPU();
+  ThreadPool pool(1);
+  std::unique_ptr<Backend> cpu = make_cpu_backend(pool);
+  const DType types[] = {DType::Q4_0, DType::INT4_G32, DType::INT4_G64, DType::INT4_G128, DType::Q8_0};
+  for (DType t : types)
+    for (int64_t n_out : {1, 17, 100, 4096})
+      for (int64_t n_in : {128, 384, 4096}) {
+        const std::vector<float> wf = gauss(n_out * n_in, 11);
+        const size_t rb = dtype_row_bytes(t, n_in);
+        std::vector<uint8_t> wq(rb * n_out);
+        for (int64_t r = 0; r < n_out; ++r) quantize_row(t, wf.data() + r * n_in, wq.data() + r * rb, n_in);
+        WeightView w;
+        w.type = t;
+        w.n_in = n_in;
+        w.n_out = n_out;
+        w.data = wq.data();
+        w.row_bytes = rb;
+        for (int m : {1, 2, 5, 8}) {
+          INFO(dtype_name(t) << " " << n_out << " x " << n_in << " m " << m);
+          const std::vector<float> x = gauss(m * n_in, 12 + m);
+          std::vector<float> want(m * n_out), got(m * n_out);
+          cpu->matmul(w, x.data(), m, want.data());
+          auto dx = cuda::to_device(x.data(), x.size());
+          cuda::DeviceBuffer dy(m * n_out * sizeof(float));
+          if (t == DType::Q8_0) {
+            const cuda::Q8Weights r = cuda::repack_q8_0(w);
+            auto dq = cuda::to_device(r.q.data(), r.q.size()), dd = cuda::to_device(r.d.data(), r.d.size());
+            cuda::launch_q8_0_matvec(dq.as<int8_t>(), dd.as<uint16_t>(), n_out, n_in, dx.as<float>(), m,
+                                     dy.as<float>(), nullptr);
+          } else {
+            const cuda::W4Weights r = cuda::repack_w4(w);
+            auto dq = cuda::to_device(r.q.data(), r.q.size()), ds = cuda::to_device(r.scale.data(), r.scale.size()),
+                 dz = cuda::to_device(r.zero.data(), r.zero.size());
+            cuda::launch_w4a16_gemm(dq.as<uint32_t>(), ds.as<uint16_t>(), dz.as<uint8_t>(), r.L, dx.as<float>(), m,
+                                    dy.as<float>(), nullptr);
+            cuda::device_synchronize();
+          }
+          cuda::device_synchronize();
+          got = from_device<float>(dy, got.size());
+          // f16 activations (and f16 weights for W4A16) against the CPU's
+          // own quantized-activation kernels: both within a small fraction
+          // of the row's magnitude sqrt(n_in) (unit Gaussians).
+          const float tol = 4e-3f * std::sqrt(static_cast<float>(n_in));
+          require_close(got, want, tol, 0.0f);
+        }
+      }
+}
+
+TEST_CASE("CUDA GPU: paged flash-decoding attention over f16 KV equals the CPU backend", "[cuda][gpu]") {
+  REQUIRE_GPU();
+  ThreadPool pool(1);
+  std::unique_ptr<Backend> cpu = make_cpu_backend(pool);
+  struct Case {
+    int n_head, n_kv, hd, bs, window;
+    float softcap;
+  };
+  const Case cases[] = {{8, 8, 64, 16, 0, 0.0f}, {32, 8, 128, 16, 0, 0.0f}, {4, 1, 256, 8, 0, 0.0f},
+                        {6, 2, 96, 16, 37, 0.0f}, {8, 4, 64, 4, 0, 50.0f}};
+  for (const Case& c : cases) {
+    INFO("heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd << " bs " << c.bs << " window " << c.window);
+    KvLayout L;
+    L.n_layers = 2;
+    L.n_kv_heads = c.n_kv;
+    L.head_dim = c.hd;
+    L.block_size = c.bs;
+    L.n_blocks = 160;
+    L.type = KvType::F16;
+    std::unique_ptr<KvMemory> mem = cpu->make_kv_memory(L, L.n_blocks, KvTier::Primary);
+    // Three sequences of awkward lengths over scattered blocks.
+    const std::vector<int> lens = {1, c.bs + 3, 700};
+    std::vector<std::vector<int32_t>> tables;
+    int next = 0;
+    std::mt19937 rng(3);
+    std::vector<int32_t> ids(L.n_blocks);
+    for (int i = 0; i < L.n_blocks; ++i) ids[i] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    int max_blocks = 0;
+    for (int len : lens) {
+      const int nb = (len + c.bs - 1) / c.bs;
+      tables.emplace_back(ids.begin() + next, ids.begin() + next + nb);
+      next += nb;
+      max_blocks = std::max(max_blocks, nb);
+    }
+    const int layer = 1, kv_dim = c.n_kv * c.hd;
+    // Write every position, then attend with each sequence's last token.
+    for (size_t s = 0; s < lens.size(); ++s) {
+      std::vector<int32_t> pos(lens[s]), slot(lens[s], static_cast<int32_t>(s));
+      for (int p = 0; p < lens[s]; ++p) pos[p] = p;
+      std::vector<const int32_t*> tp(lens[s], tables[s].data());
+      AttnBatch b;
+      b.n_tokens = lens[s];
+      b.pos = pos.data();
+      b.slot = slot.data();
+      b.table = tp.data();
+      const std::vector<float> k = gauss(lens[s] * kv_dim, 20 + s), v = gauss(lens[s] * kv_dim, 30 + s);
+      cpu->kv_write(*mem, layer, k.data(), v.data(), b);
+    }
+    const int n_tok = static_cast<int>(lens.size());
+    std::vector<int32_t> pos(n_tok), slot(n_tok), flat(n_tok * max_blocks, -1);
+    std::vector<const int32_t*> tp(n_tok);
+    for (int t = 0; t < n_tok; ++t) {
+      pos[t] = lens[t] - 1;
+      slot[t] = t;
+      tp[t] = tables[t].data();
+      std::copy(tables[t].begin(), tables[t].end(), flat.begin() + t * max_blocks);
+    }
+    AttnBatch b;
+    b.n_tokens = n_tok;
+    b.pos = pos.data();
+    b.slot = slot.data();
+    b.table = tp.data();
+    b.window = c.window;
+    b.softcap = c.softcap;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const std::vector<float> q = gauss(n_tok * c.n_head * c.hd, 40);
+    std::vector<float> want(q.size());
+    cpu->attention(q.data(), *mem, layer, b, c.n_head, scale, want.data());
+
+    const HostKvMemory& host = as_host_memory(*mem);
+    cuda::layout::KvAddr addr{L.n_blocks, L.n_kv_heads, L.head_dim, L.block_size};
+    const size_t pool_elems = static_cast<size_t>(cuda::layout::kv_elem(addr, L.n_layers, 0, 0, 0, 0, 0));
+    auto dpool = cuda::to_device(static_cast<const uint16_t*>(host.k(0, 0)), pool_elems);
+    auto dq = cuda::to_device(q.data(), q.size()), dpos = cuda::to_device(pos.data(), pos.size()),
+         dtab = cuda::to_device(flat.data(), flat.size());
+    for (int n_splits : {1, 3, cuda::paged_attention_splits(699, c.bs)}) {
+      INFO("splits " << n_splits);
+      cuda::DeviceBuffer work(cuda::paged_attention_work_floats(n_tok, c.n_head, c.hd, n_splits) * sizeof(float));
+      cuda::DeviceBuffer dout(q.size() * sizeof(float));
+      cuda::PagedAttention a;
+      a.q = dq.as<float>();
+      a.pool = dpool.as<uint16_t>();
+      a.addr = addr;
+      a.layer = layer;
+      a.n_tokens = n_tok;
+      a.n_head = c.n_head;
+      a.pos = dpos.as<int32_t>();
+      a.tables = dtab.as<int32_t>();
+      a.table_stride = max_blocks;
+      a.window = c.window;
+      a.scale = scale;
+      a.softcap = c.softcap;
+      a.n_splits = n_splits;
+      a.work = work.as<float>();
+      a.out = dout.as<float>();
+      cuda::launch_paged_attention_f16(a, nullptr);
+      cuda::device_synchronize();
+      require_close(from_device<float>(dout, q.size()), want, 2e-5f, 1e-4f);
+    }
+  }
 }
 
 #else

@@ -1,0 +1,74 @@
+// The CUDA kernels' launchers, as plain C++ declarations (no CUDA headers):
+// every pointer is device memory, `stream` is a cudaStream_t (nullptr: the
+// default stream). Launchers check their arguments (Error(InvalidArgument))
+// and the launch (Error(Backend)); they do not wait for the kernel.
+//
+// Activations are f32 as in core/backend.h; each kernel computes what the
+// CPU backend's op of the same name computes (tests/test_cuda.cpp compares
+// them on a GPU). The index math is cuda/layout.h's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/layout.h"
+
+namespace infer::cuda {
+
+// y = x / rms(x) * w, m rows of n values.
+void launch_rms_norm(const float* x, const float* w, int64_t m, int64_t n, float eps, float* y, void* stream);
+// RoPE in place on m rows of n_heads heads: dims [0, n_rot) of each head,
+// pairs (2i, 2i+1) or, neox, (i, i + n_rot / 2), angle pos * pos_scale *
+// inv_freq[i], cos and sin times mscale. pos: m positions, inv_freq: n_rot/2.
+void launch_rope(float* x, int64_t m, int n_heads, int head_dim, const int32_t* pos, int n_rot, bool neox,
+                 const float* inv_freq, float pos_scale, float mscale, void* stream);
+// out = silu(gate) * up.
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
+// x += y.
+void launch_add(float* x, const float* y, int64_t n, void* stream);
+// out[r] = the index of the largest of row r's n values (the first of equal ones).
+void launch_argmax(const float* x, int64_t m, int64_t n, int32_t* out, void* stream);
+
+// W4A16, m = 1..8 rows: y[m][n_out] = x[m][n_in] · Wᵀ with W repacked as
+// cuda/repack.h's W4Weights (q, scale, zero: its three arrays on the device).
+// Tensor cores (mma.m16n8k16, f16 inputs, f32 sums): x is rounded to f16 and
+// each weight to f16 as (q - z) * d.
+void launch_w4a16_gemm(const uint32_t* q, const uint16_t* scale, const uint8_t* zero, const layout::W4Layout& L,
+                       const float* x, int m, float* y, void* stream);
+// Q8_0, m = 1..8 rows: y[m][n_out] = x · Wᵀ with W as Q8Weights (codes, f16 scales).
+void launch_q8_0_matvec(const int8_t* q, const uint16_t* d, int64_t n_out, int64_t n_in, const float* x, int m,
+                        float* y, void* stream);
+
+// Flash-decoding attention over a paged f16 KV pool laid out as
+// HostKvMemory (layout::KvAddr; `pool` is its element array). Token t (of
+// n_tokens) attends, with query head h, to positions
+// [max(0, pos[t] - window + 1) (0 without a window), pos[t]] of KV head
+// h / (n_head / n_kv_heads), found through its block table row
+// tables[t * table_stride ...] (-1: released). Scores are scale * q·k, then
+// softcap * tanh(s / softcap) when softcap > 0. The positions are split into
+// n_splits ranges of whole blocks computed by separate thread blocks, whose
+// partial softmax results `work` holds (paged_attention_work_floats) until
+// a second kernel merges them. q, out: [n_tokens][n_head * head_dim].
+struct PagedAttention {
+  const float* q = nullptr;
+  const uint16_t* pool = nullptr;
+  layout::KvAddr addr;
+  int layer = 0;
+  int n_tokens = 0;
+  int n_head = 0;
+  const int32_t* pos = nullptr;
+  const int32_t* tables = nullptr;
+  int table_stride = 0;
+  int window = 0;
+  float scale = 1.0f;
+  float softcap = 0.0f;
+  int n_splits = 1;
+  float* work = nullptr;
+  float* out = nullptr;
+};
+size_t paged_attention_work_floats(int n_tokens, int n_head, int head_dim, int n_splits);
+// The split count for a longest context of max_pos + 1 positions.
+int paged_attention_splits(int max_pos, int block_size);
+void launch_paged_attention_f16(const PagedAttention& a, void* stream);
+
+}  // namespace infer::cuda
