@@ -4,20 +4,21 @@
     serve_load_test.py PATH_TO_INFER [--clients C] [--seconds T] [--prompt-len P] [--output-len O]
                        [--model GGUF] [--stream-interval MS] [--json]
 
-C streaming clients send requests back to back for T seconds (prompts of P
-random token ids after BOS, O tokens each with ignore_eos). Checks: every
-request completes with [DONE] and exactly O tokens or fails cleanly with an
-error body (none is lost); the server's resident memory stays flat between
-the first and the last third of the run (the server's context is P + O
-tokens a sequence, so its KV pool is all touched by the first wave); and the
-generated tokens per second compare with `infer bench-serve` at the same
-concurrency (--max-seqs C, --rate 0, same lengths; run before and after the
-server, the mean of the two). The ratio must be at least $INFER_LOAD_MIN_RATIO
-(default 0.2: a sanity floor that a stalled or serialized server fails. On
-stories260K, the default model, HTTP and the Python clients cost about as much
-CPU per token as the engine and share its 2 cores: a quiet machine measured
-0.33-0.46 (bench/RESULTS.md); on a model whose tokens cost real compute the
-ratio is 1 within noise). Prints SKIPPED: without ../shared's stories260K.
+C streaming clients (`infer bench-serve --url`, a C++ client that checks
+every stream) send requests back to back (prompts of P random token ids after
+BOS, O tokens each with ignore_eos), as many as the in-process engine makes in
+about T seconds. Checks: every request completes with its usage chunk, [DONE]
+and exactly O tokens, or fails cleanly with an error body (none is lost); the
+server's resident memory stays flat between the first and the last third of
+the run (the server's context is P + O tokens a sequence, so its KV pool is
+all touched by the first wave); and the generated tokens per second compare
+with `infer bench-serve` in process at the same concurrency (a closed loop of
+C clients, --max-seqs C, same workload; run before and after the server, the
+mean of the two). The ratio must be at least $INFER_LOAD_MIN_RATIO (default
+0.2: a floor that a stalled or serialized server fails, far enough below the
+measured ratio that a machine shared with other jobs does not fail it; the
+issue's 10% is measured on a quiet machine and written in bench/RESULTS.md).
+Prints SKIPPED: without ../shared's stories260K.
 """
 import argparse
 import http.client
@@ -54,7 +55,7 @@ min_ratio = float(os.environ.get("INFER_LOAD_MIN_RATIO", "0.2"))
 def bench_serve(n_req):
     """`infer bench-serve` at the same concurrency and lengths: generated tokens per second."""
     bs = subprocess.run([args.infer, "bench-serve", "-m", MODEL, "--requests", str(n_req), "--rate", "0", "--max-seqs",
-                         str(args.clients), "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len),
+                         str(args.clients), "--concurrency", str(args.clients), "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len),
                          "-t", str(args.threads), "--json"], capture_output=True, text=True, timeout=600)
     bench = json.loads(bs.stdout.strip().splitlines()[-1]) if bs.returncode == 0 else {}
     return bench.get("generated_tokens_per_s", 0.0), bs.stderr[-500:]

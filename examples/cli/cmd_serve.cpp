@@ -4,6 +4,8 @@
 // them under the chosen batching policy. Reports throughput and TTFT / TPOT
 // percentiles, the figures users compare serving engines by.
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -85,7 +87,7 @@ const FlagTable kBenchServeFlags = kModelFlags + FlagTable{
     {"--step-log", "FILE", nullptr, "write one line per engine step (rows, sequences, forward time)"},
     {"--json", nullptr, nullptr, "one JSON object on stdout"},
     {"--url", "URL", nullptr, "send the workload to an OpenAI-compatible server at URL (http://HOST:PORT) instead"},
-    {"--concurrency", "N", "--max-seqs", "with --url: requests in flight at most"},
+    {"--concurrency", "N", "no limit (--url: --max-seqs)", "requests in flight at most: a closed loop of N clients that each wait for their request to end before sending the next"},
     {"--api-key", "KEY", nullptr, "with --url: the server's API key"},
     {"--served-model", "NAME", "the model file's name", "with --url: the requests' \"model\" field"},
 };
@@ -182,7 +184,7 @@ int cmd_bench_serve(int argc, char** argv) {
   if (policy != "continuous" && policy != "static" && policy != "dynamic")
     throw UsageError{"--policy must be static, dynamic or continuous"};
   if (a.has("--url")) return bench_serve_url(a, policy, rate, prompt_len, output_len, rng, n_requests);
-  for (const char* f : {"--concurrency", "--api-key", "--served-model"})
+  for (const char* f : {"--api-key", "--served-model"})
     if (a.has(f)) throw UsageError{std::string(f) + " needs --url"};
   (void)backend_flag(a);
   Model model(model_path(a), backend_flag(a));
@@ -243,9 +245,9 @@ int cmd_bench_serve(int argc, char** argv) {
   }
 
   check(infer_engine_start(engine.e), "starting the engine thread");
+  const int64_t concurrency = a.get_int("--concurrency", 0, 1, 65536);
   const auto start = std::chrono::steady_clock::now();
-  for (Job& j : jobs) {
-    std::this_thread::sleep_until(start + std::chrono::duration<double>(j.at_s));
+  auto submit = [&](Job& j) {
     infer_request_params rp;
     infer_request_params_init(&rp);
     rp.prompt_tokens = j.prompt.data();
@@ -257,6 +259,41 @@ int cmd_bench_serve(int argc, char** argv) {
     sp.temperature = 0;
     rp.sampling = &sp;
     check(infer_submit(engine.e, &rp, &j.req), "submitting");
+  };
+  if (concurrency > 0) {
+    // A closed loop: `concurrency` clients, each waiting for its request's
+    // last token (as a server's handler thread does) before taking the next
+    // job, so at most that many requests are in flight (as with --url).
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::string failure;
+    std::mutex failure_mu;
+    auto client = [&] {
+      try {
+        int32_t toks[256];
+        for (size_t i; !failed && (i = next.fetch_add(1)) < jobs.size();) {
+          std::this_thread::sleep_until(start + std::chrono::duration<double>(jobs[i].at_s));
+          submit(jobs[i]);
+          for (int32_t fin = 0; !fin;) {
+            size_t n = 0;
+            check(infer_request_next_tokens(jobs[i].req, 1000, toks, 256, &n, &fin), "waiting for tokens");
+          }
+        }
+      } catch (const ApiError& e) {
+        std::lock_guard<std::mutex> lock(failure_mu);
+        failed = true;
+        failure = e.msg;
+      }
+    };
+    std::vector<std::thread> clients;
+    for (int64_t c = 0; c < std::min<int64_t>(concurrency, n_requests); ++c) clients.emplace_back(client);
+    for (std::thread& t : clients) t.join();
+    if (failed) throw ApiError{failure};
+  } else {
+    for (Job& j : jobs) {
+      std::this_thread::sleep_until(start + std::chrono::duration<double>(j.at_s));
+      submit(j);
+    }
   }
   check(infer_engine_wait_idle(engine.e), "waiting");
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -281,12 +318,12 @@ int cmd_bench_serve(int argc, char** argv) {
   check(infer_engine_get_stats(engine.e, &es), "reading engine stats");
   const double tok_s = generated / elapsed, req_s = n_requests / elapsed;
   if (a.flag("--json")) {
-    std::printf("{\"policy\": \"%s\", \"requests\": %d, \"rate\": %s, \"duration_s\": %s, \"generated_tokens\": %lld, "
+    std::printf("{\"policy\": \"%s\", \"concurrency\": %lld, \"requests\": %d, \"rate\": %s, \"duration_s\": %s, \"generated_tokens\": %lld, "
                 "\"generated_tokens_per_s\": %s, \"requests_per_s\": %s, \"ttft_ms_p50\": %s, \"ttft_ms_p90\": %s, "
                 "\"ttft_ms_p99\": %s, \"tpot_ms_p50\": %s, \"tpot_ms_p90\": %s, \"tpot_ms_p99\": %s, "
                 "\"e2e_ms_p50\": %s, \"e2e_ms_p99\": %s, \"preemptions\": %llu, \"steps\": %llu, "
                 "\"tokens_per_step\": %s, \"errors\": %d}\n",
-                policy.c_str(), n_requests, num(rate).c_str(), num(elapsed).c_str(), generated, num(tok_s).c_str(),
+                policy.c_str(), (long long)concurrency, n_requests, num(rate).c_str(), num(elapsed).c_str(), generated, num(tok_s).c_str(),
                 num(req_s).c_str(), num(percentile(ttft, 50)).c_str(), num(percentile(ttft, 90)).c_str(),
                 num(percentile(ttft, 99)).c_str(), num(percentile(tpot, 50)).c_str(), num(percentile(tpot, 90)).c_str(),
                 num(percentile(tpot, 99)).c_str(), num(percentile(e2e, 50)).c_str(), num(percentile(e2e, 99)).c_str(),

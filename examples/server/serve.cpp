@@ -59,7 +59,7 @@ const FlagTable kServeFlags = kModelFlags + FlagTable{
     {"--max-connections", "N", "64", "connections served at once (threads of the HTTP pool)"},
     {"--max-queue", "N", "256", "generation requests in flight at once (more: 429)"},
     {"--timeout", "SEC", "600", "longest time a generation request may take (then 504, or an error event)"},
-    {"--stream-interval", "MS", "0",
+    {"--stream-interval", "MS", "20",
      "streaming: text arriving sooner than this after a stream's previous event waits and joins the next one (0: one event per piece)"},
     {"--read-timeout", "SEC", "30", "longest wait for a slow client's request bytes"},
     {"--shutdown-timeout", "SEC", "10", "on SIGINT/SIGTERM, time given to requests in flight before they are cancelled"},
@@ -259,8 +259,12 @@ PumpEnd pump(Job& job, Emit&& emit) {
         holding = true;
         due = std::min(due, c.last_emit + interval);
       }
-    // While holding text, sleep rather than wake on every token.
-    if (holding) std::this_thread::sleep_until(due);
+    // While holding text, sleep rather than wake on every token, but look
+    // again every millisecond: a request that finishes while its text is
+    // held must end its response at once (a closed-loop client waits for it
+    // to send its next request; sleeping the whole interval left the
+    // sequence's slot idle for half an interval on average).
+    if (holding) std::this_thread::sleep_until(std::min(due, Clock::now() + std::chrono::milliseconds(1)));
     bool waited = holding, all_done = true;
     for (Choice& c : job.choices) {
       if (c.done) continue;
@@ -1014,7 +1018,7 @@ int cmd_serve(int argc, char** argv) {
   const int max_conn = static_cast<int>(a.get_int("--max-connections", 64, 1, 65536));
   srv->max_queue = static_cast<int>(a.get_int("--max-queue", 256, 1, 1 << 20));
   srv->timeout_s = a.get_float("--timeout", 600, 0.001, 1e9, "(0, 1e9]");
-  srv->stream_interval_ms = a.get_float("--stream-interval", 0, 0, 1000, "[0, 1000]");
+  srv->stream_interval_ms = a.get_float("--stream-interval", 20, 0, 1000, "[0, 1000]");
   const double read_timeout = a.get_float("--read-timeout", 30, 0.001, 1e6, "(0, 1e6]");
   const double shutdown_timeout = a.get_float("--shutdown-timeout", 10, 0, 1e6, "[0, 1e6]");
   srv->log_requests = a.flag("--log-requests");
