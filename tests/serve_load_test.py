@@ -15,8 +15,9 @@ all touched by the first wave); and the generated tokens per second compare
 with `infer bench-serve` in process at the same concurrency (a closed loop of
 C clients, --max-seqs C, same workload; run before and after the server, the
 mean of the two). The ratio must be at least $INFER_LOAD_MIN_RATIO (default
-0.2: a floor that a stalled or serialized server fails, far enough below the
-measured ratio that a machine shared with other jobs does not fail it; the
+0.5: a floor that a stalled or serialized server fails, and the server before
+TCP_NODELAY and stream coalescing (0.36 on stories260K) too, far enough below
+the measured ~0.9 that a machine shared with other jobs does not fail it; the
 issue's 10% is measured on a quiet machine and written in bench/RESULTS.md).
 Prints SKIPPED: without ../shared's stories260K.
 """
@@ -49,7 +50,7 @@ MODEL = args.model or os.path.join(SHARED, "models", "stories260K.gguf")
 if not os.path.isfile(MODEL):
     print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
     sys.exit(77)
-min_ratio = float(os.environ.get("INFER_LOAD_MIN_RATIO", "0.2"))
+min_ratio = float(os.environ.get("INFER_LOAD_MIN_RATIO", "0.5"))
 
 
 def bench_serve(n_req):
