@@ -13,9 +13,6 @@ install(TARGETS infer_static EXPORT inferStaticTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${CMAKE_CURRENT_SOURCE_DIR}/include/infer/infer.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/infer)
-if(INFER_HAVE_CUDA)
-  install(TARGETS infer_cuda EXPORT inferStaticTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-endif()
 
 install(EXPORT inferTargets NAMESPACE infer:: FILE inferTargets.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/infer)
@@ -38,10 +35,10 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/inferConfig.cmake
 target_link_libraries(infer_static INTERFACE $<INSTALL_INTERFACE:stdc++> $<INSTALL_INTERFACE:m>)
 set(INFER_PC_LIBS_PRIVATE "-ldnnl -lpcre2-8 -lutf8proc -lstdc++ -lm -lpthread")
 if(INFER_HAVE_CUDA)
-  # The CUDA backend is a separate static library (libinfer_cuda.a) with the
-  # static CUDA runtime (cuBLAS is opened at run time: not linked).
+  # The CUDA backend is inside libinfer.a; it needs the static CUDA runtime
+  # (cuBLAS is opened at run time: not linked).
   set(INFER_PC_LIBS_PRIVATE
-    "-linfer_cuda ${INFER_PC_LIBS_PRIVATE} -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
+    "${INFER_PC_LIBS_PRIVATE} -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
 endif()
 
 # infer.pc is relocatable: the prefix is found from where the file is.
