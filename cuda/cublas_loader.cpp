@@ -4,6 +4,8 @@
 
 #include <mutex>
 
+#include "core/error.h"
+
 #include <cublas_v2.h>
 
 namespace infer::cuda {
@@ -87,6 +89,41 @@ int cublas_version(const CublasApi& api) {
       get(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
     return -1;
   return major * 10000 + minor * 100 + patch;
+}
+
+Cublas::Cublas() {
+  std::string err;
+  api_ = cublas(&err);
+  if (!api_) raise(Status::Backend, "%s", err.c_str());
+  using Create = cublasStatus_t (*)(cublasHandle_t*);
+  cublasHandle_t h = nullptr;
+  const cublasStatus_t st = reinterpret_cast<Create>(api_->create)(&h);
+  if (st != CUBLAS_STATUS_SUCCESS) raise(Status::Backend, "cublasCreate failed (status %d)", static_cast<int>(st));
+  handle_ = h;
+}
+
+Cublas::~Cublas() {
+  using Destroy = cublasStatus_t (*)(cublasHandle_t);
+  if (handle_) reinterpret_cast<Destroy>(api_->destroy)(static_cast<cublasHandle_t>(handle_));
+}
+
+void Cublas::gemm_f16(const uint16_t* w, int64_t n_out, int64_t n_in, const uint16_t* x, int64_t m, float* y,
+                      void* stream) {
+  using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  auto h = static_cast<cublasHandle_t>(handle_);
+  reinterpret_cast<SetStream>(api_->set_stream)(h, static_cast<cudaStream_t>(stream));
+  // Column-major, as cuBLAS sees row-major arrays: W is an n_in x n_out
+  // matrix (Wᵀ), x an n_in x m one (xᵀ), y an n_out x m one (yᵀ), and
+  // yᵀ = W xᵀ = (Wᵀ)ᵀ xᵀ: op(A) = transpose.
+  const float alpha = 1.0f, beta = 0.0f;
+  const cublasStatus_t st = reinterpret_cast<GemmEx>(api_->gemm_ex)(
+      h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(m), static_cast<int>(n_in), &alpha, w,
+      CUDA_R_16F, static_cast<int>(n_in), x, CUDA_R_16F, static_cast<int>(n_in), &beta, y, CUDA_R_32F,
+      static_cast<int>(n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS) raise(Status::Backend, "cublasGemmEx failed (status %d)", static_cast<int>(st));
 }
 
 }  // namespace infer::cuda

@@ -4,6 +4,7 @@
 // Plain C++ (no CUDA headers): the core and the tests include it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace infer::cuda {
@@ -46,5 +47,23 @@ const CublasApi* cublas(std::string* err);
 // The cuBLAS version of a loaded API as major * 10000 + minor * 100 + patch
 // (read with cublasGetProperty, which needs no device); -1 on failure.
 int cublas_version(const CublasApi& api);
+
+// A cuBLAS handle on the run-time loaded library. Error(Backend) naming the
+// reason when cuBLAS is absent or cannot start (no device).
+class Cublas {
+ public:
+  Cublas();
+  ~Cublas();
+  Cublas(const Cublas&) = delete;
+  Cublas& operator=(const Cublas&) = delete;
+  // y[m][n_out] (f32) = x[m][n_in] · Wᵀ with W f16 [n_out][n_in] row-major
+  // and x f16 (device pointers), f32 accumulation (cublasGemmEx), on `stream`
+  // (a cudaStream_t; nullptr: the default stream).
+  void gemm_f16(const uint16_t* w, int64_t n_out, int64_t n_in, const uint16_t* x, int64_t m, float* y, void* stream);
+
+ private:
+  const CublasApi* api_ = nullptr;
+  void* handle_ = nullptr;
+};
 
 }  // namespace infer::cuda

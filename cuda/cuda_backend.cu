@@ -136,4 +136,31 @@ void device_synchronize() {
   if (e != cudaSuccess) raise(Status::Backend, "CUDA: %s", cudaGetErrorString(e));
 }
 
+DeviceTimer::DeviceTimer() {
+  cudaEvent_t a = nullptr, b = nullptr;
+  if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
+    const cudaError_t e = cudaGetLastError();
+    if (a) cudaEventDestroy(a);
+    raise(Status::Backend, "CUDA events: %s", cudaGetErrorString(e));
+  }
+  begin_ = a;
+  end_ = b;
+}
+
+DeviceTimer::~DeviceTimer() {
+  cudaEventDestroy(static_cast<cudaEvent_t>(begin_));
+  cudaEventDestroy(static_cast<cudaEvent_t>(end_));
+}
+
+void DeviceTimer::start(void* stream) { cudaEventRecord(static_cast<cudaEvent_t>(begin_), static_cast<cudaStream_t>(stream)); }
+
+float DeviceTimer::stop_ms(void* stream) {
+  cudaEventRecord(static_cast<cudaEvent_t>(end_), static_cast<cudaStream_t>(stream));
+  cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(end_));
+  float ms = 0.0f;
+  if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(begin_), static_cast<cudaEvent_t>(end_));
+  if (e != cudaSuccess) raise(Status::Backend, "CUDA timing: %s", cudaGetErrorString(e));
+  return ms;
+}
+
 }  // namespace infer::cuda

@@ -65,4 +65,21 @@ DeviceBuffer to_device(const T* src, size_t n) {
 // Waits for the device; Error(Backend) with the error a kernel left.
 void device_synchronize();
 
+// Elapsed device time between start() and stop_ms() on a stream (CUDA
+// events): what the kernels in between took, without host overheads.
+class DeviceTimer {
+ public:
+  DeviceTimer();
+  ~DeviceTimer();
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+  void start(void* stream = nullptr);
+  // Waits for the stop event; milliseconds since start().
+  float stop_ms(void* stream = nullptr);
+
+ private:
+  void* begin_ = nullptr;
+  void* end_ = nullptr;
+};
+
 }  // namespace infer::cuda

@@ -78,6 +78,23 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
   if (i < n) x[i] += y[i];
 }
 
+__global__ void f32_to_f16_kernel(const float* src, uint16_t* dst, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dst[i] = __half_as_ushort(__float2half_rn(src[i]));
+}
+
+__global__ void read_probe_kernel(const float4* __restrict__ src, int64_t n, float* sink) {
+  __shared__ float red[32];
+  float acc = 0.0f;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 v = src[i];
+    acc += (v.x + v.y) + (v.z + v.w);
+  }
+  acc = block_sum(acc, red);
+  if (threadIdx.x == 0) sink[blockIdx.x] = acc;
+}
+
 // One block per row: each thread's best, then a tree over the block; ties
 // go to the lower index, as a left-to-right scan would.
 __global__ void argmax_kernel(const float* x, int64_t n, int32_t* out) {
@@ -332,6 +349,18 @@ void launch_add(float* x, const float* y, int64_t n, void* stream) {
   if (n <= 0) return;
   add_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(x, y, n);
   check_launch("add");
+}
+
+void launch_f32_to_f16(const float* src, uint16_t* dst, int64_t n, void* stream) {
+  if (n <= 0) return;
+  f32_to_f16_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(src, dst, n);
+  check_launch("f32_to_f16");
+}
+
+void launch_read_probe(const void* src, int64_t n_float4, float* sink, void* stream) {
+  if (n_float4 <= 0) return;
+  read_probe_kernel<<<4096, 512, 0, as_stream(stream)>>>(static_cast<const float4*>(src), n_float4, sink);
+  check_launch("read_probe");
 }
 
 void launch_argmax(const float* x, int64_t m, int64_t n, int32_t* out, void* stream) {

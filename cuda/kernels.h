@@ -26,6 +26,11 @@ void launch_rope(float* x, int64_t m, int n_heads, int head_dim, const int32_t* 
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
 // x += y.
 void launch_add(float* x, const float* y, int64_t n, void* stream);
+// dst = src rounded to f16 (round to nearest even), n values.
+void launch_f32_to_f16(const float* src, uint16_t* dst, int64_t n, void* stream);
+// Reads n float4 values once and writes one sum per thread block into
+// sink[blockIdx] (gridDim.x <= 4096): the device's read-bandwidth probe.
+void launch_read_probe(const void* src, int64_t n_float4, float* sink, void* stream);
 // out[r] = the index of the largest of row r's n values (the first of equal ones).
 void launch_argmax(const float* x, int64_t m, int64_t n, int32_t* out, void* stream);
 

@@ -342,6 +342,39 @@ TEST_CASE("CUDA GPU: W4A16 and Q8_0 matmuls equal the CPU backend at M = 1..8", 
       }
 }
 
+TEST_CASE("CUDA GPU: cuBLAS F16 GEMM (loaded at run time) equals the CPU backend", "[cuda][gpu]") {
+  REQUIRE_GPU();
+  ThreadPool pool(1);
+  std::unique_ptr<Backend> cpu = make_cpu_backend(pool);
+  cuda::Cublas blas;
+  for (int64_t n_out : {1, 17, 1000})
+    for (int64_t n_in : {64, 4096}) {
+      const std::vector<float> wf = gauss(n_out * n_in, 51);
+      std::vector<uint16_t> w16(wf.size());
+      quantize_row(DType::F16, wf.data(), w16.data(), static_cast<int64_t>(wf.size()));
+      WeightView w;
+      w.type = DType::F16;
+      w.n_in = n_in;
+      w.n_out = n_out;
+      w.data = reinterpret_cast<const uint8_t*>(w16.data());
+      w.row_bytes = static_cast<size_t>(n_in) * 2;
+      auto dw = cuda::to_device(w16.data(), w16.size());
+      for (int64_t m : {1, 3, 8, 33}) {
+        INFO(n_out << " x " << n_in << " m " << m);
+        const std::vector<float> x = gauss(m * n_in, 52 + m);
+        std::vector<float> want(m * n_out);
+        cpu->matmul(w, x.data(), m, want.data());
+        auto dx = cuda::to_device(x.data(), x.size());
+        cuda::DeviceBuffer dx16(x.size() * 2), dy(want.size() * sizeof(float));
+        cuda::launch_f32_to_f16(dx.as<float>(), dx16.as<uint16_t>(), m * n_in, nullptr);
+        blas.gemm_f16(dw.as<uint16_t>(), n_out, n_in, dx16.as<uint16_t>(), m, dy.as<float>(), nullptr);
+        cuda::device_synchronize();
+        // x rounded to f16: within a small fraction of the row's magnitude.
+        require_close(from_device<float>(dy, want.size()), want, 2e-3f * std::sqrt(static_cast<float>(n_in)), 0.0f);
+      }
+    }
+}
+
 TEST_CASE("CUDA GPU: paged flash-decoding attention over f16 KV equals the CPU backend", "[cuda][gpu]") {
   REQUIRE_GPU();
   ThreadPool pool(1);
