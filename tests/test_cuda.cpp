@@ -14,11 +14,13 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/fp16.h"
 #include "core/log.h"
 #include "core/threadpool.h"
 #include "engine/backends.h"
 #include "infer/infer.h"
 #include "kv/kv_format.h"
+#include "quant/dequant.h"
 #include "quant/formats.h"
 #include "test_util.h"
 
@@ -27,6 +29,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/kernels.h"
 #include "cuda/repack.h"
+#include "kv_test_util.h"
 #endif
 
 using namespace infer;
@@ -193,13 +196,7 @@ TEST_CASE("CUDA: devices are counted and a missing one is reported", "[cuda]") {
 
 namespace {
 
-std::vector<float> gauss(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
+std::vector<float> gauss(size_t n, uint32_t seed) { return infer_test::cuda_gauss(n, seed); }
 
 template <typename T>
 std::vector<T> from_device(const cuda::DeviceBuffer& b, size_t n) {
@@ -293,6 +290,48 @@ TEST_CASE("CUDA GPU: RMSNorm, RoPE, SwiGLU, add and argmax equal the CPU backend
     }
 }
 
+namespace {
+
+// y = x · Wᵀ in double from the weights as the GPU sees them (wd: the
+// dequantized rows; `w16`: each weight rounded to f16, as the W4A16 kernel's
+// (q - z) * d is; `x16`: the activations rounded to f16), and sum |x w| per
+// output, the scale of its rounding error.
+void exact_matmul(const std::vector<float>& wd, int64_t n_out, int64_t n_in, const std::vector<float>& x, int64_t m,
+                  bool w16, bool x16, std::vector<double>& ref, std::vector<double>& mag) {
+  auto r16 = [](float v) { return fp16_to_f32(f32_to_fp16(v)); };
+  ref.assign(m * n_out, 0.0);
+  mag.assign(m * n_out, 0.0);
+  for (int64_t t = 0; t < m; ++t)
+    for (int64_t n = 0; n < n_out; ++n) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < n_in; ++k) {
+        const double wv = w16 ? r16(wd[n * n_in + k]) : wd[n * n_in + k];
+        const double xv = x16 ? r16(x[t * n_in + k]) : x[t * n_in + k];
+        s += wv * xv;
+        a += std::fabs(wv * xv);
+      }
+      ref[t * n_out + n] = s;
+      mag[t * n_out + n] = a;
+    }
+}
+
+// A GPU matmul: within f32 accumulation error of the exact result of its own
+// inputs, and within 2% (relative L2) of the CPU backend, whose quantized
+// kernels round the activations to int8 blocks.
+void check_matmul(const std::vector<float>& got, const std::vector<float>& cpu, const std::vector<double>& ref,
+                  const std::vector<double>& mag) {
+  double d2 = 0, c2 = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("i " << i << " got " << got[i] << " exact " << ref[i] << " cpu " << cpu[i]);
+    REQUIRE(std::fabs(got[i] - ref[i]) <= 2e-4 * mag[i] + 1e-6);
+    d2 += (got[i] - cpu[i]) * static_cast<double>(got[i] - cpu[i]);
+    c2 += cpu[i] * static_cast<double>(cpu[i]);
+  }
+  CHECK(std::sqrt(d2) <= 0.02 * std::sqrt(c2) + 1e-6);
+}
+
+}  // namespace
+
 TEST_CASE("CUDA GPU: W4A16 and Q8_0 matmuls equal the CPU backend at M = 1..8", "[cuda][gpu]") {
   REQUIRE_GPU();
   ThreadPool pool(1);
@@ -304,40 +343,49 @@ TEST_CASE("CUDA GPU: W4A16 and Q8_0 matmuls equal the CPU backend at M = 1..8", 
         const std::vector<float> wf = gauss(n_out * n_in, 11);
         const size_t rb = dtype_row_bytes(t, n_in);
         std::vector<uint8_t> wq(rb * n_out);
-        for (int64_t r = 0; r < n_out; ++r) quantize_row(t, wf.data() + r * n_in, wq.data() + r * rb, n_in);
+        std::vector<float> wd(n_out * n_in);
+        for (int64_t r = 0; r < n_out; ++r) {
+          quantize_row(t, wf.data() + r * n_in, wq.data() + r * rb, n_in);
+          dequantize_row(t, wq.data() + r * rb, wd.data() + r * n_in, n_in);
+        }
         WeightView w;
         w.type = t;
         w.n_in = n_in;
         w.n_out = n_out;
         w.data = wq.data();
         w.row_bytes = rb;
+        const bool q8 = t == DType::Q8_0;
+        cuda::W4Weights r4;
+        cuda::Q8Weights r8;
+        cuda::DeviceBuffer dq, ds, dz;
+        if (q8) {
+          r8 = cuda::repack_q8_0(w);
+          dq = cuda::to_device(r8.q.data(), r8.q.size());
+          ds = cuda::to_device(r8.d.data(), r8.d.size());
+        } else {
+          r4 = cuda::repack_w4(w);
+          dq = cuda::to_device(r4.q.data(), r4.q.size());
+          ds = cuda::to_device(r4.scale.data(), r4.scale.size());
+          dz = cuda::to_device(r4.zero.data(), r4.zero.size());
+        }
         for (int m : {1, 2, 5, 8}) {
           INFO(dtype_name(t) << " " << n_out << " x " << n_in << " m " << m);
           const std::vector<float> x = gauss(m * n_in, 12 + m);
-          std::vector<float> want(m * n_out), got(m * n_out);
+          std::vector<float> want(m * n_out);
           cpu->matmul(w, x.data(), m, want.data());
           auto dx = cuda::to_device(x.data(), x.size());
           cuda::DeviceBuffer dy(m * n_out * sizeof(float));
-          if (t == DType::Q8_0) {
-            const cuda::Q8Weights r = cuda::repack_q8_0(w);
-            auto dq = cuda::to_device(r.q.data(), r.q.size()), dd = cuda::to_device(r.d.data(), r.d.size());
-            cuda::launch_q8_0_matvec(dq.as<int8_t>(), dd.as<uint16_t>(), n_out, n_in, dx.as<float>(), m,
+          if (q8)
+            cuda::launch_q8_0_matvec(dq.as<int8_t>(), ds.as<uint16_t>(), n_out, n_in, dx.as<float>(), m,
                                      dy.as<float>(), nullptr);
-          } else {
-            const cuda::W4Weights r = cuda::repack_w4(w);
-            auto dq = cuda::to_device(r.q.data(), r.q.size()), ds = cuda::to_device(r.scale.data(), r.scale.size()),
-                 dz = cuda::to_device(r.zero.data(), r.zero.size());
-            cuda::launch_w4a16_gemm(dq.as<uint32_t>(), ds.as<uint16_t>(), dz.as<uint8_t>(), r.L, dx.as<float>(), m,
+          else
+            cuda::launch_w4a16_gemm(dq.as<uint32_t>(), ds.as<uint16_t>(), dz.as<uint8_t>(), r4.L, dx.as<float>(), m,
                                     dy.as<float>(), nullptr);
-            cuda::device_synchronize();
-          }
           cuda::device_synchronize();
-          got = from_device<float>(dy, got.size());
-          // f16 activations (and f16 weights for W4A16) against the CPU's
-          // own quantized-activation kernels: both within a small fraction
-          // of the row's magnitude sqrt(n_in) (unit Gaussians).
-          const float tol = 4e-3f * std::sqrt(static_cast<float>(n_in));
-          require_close(got, want, tol, 0.0f);
+          std::vector<double> ref, mag;
+          // W4A16: f16 weights and activations; Q8_0: f32 activations.
+          exact_matmul(wd, n_out, n_in, x, m, !q8, !q8, ref, mag);
+          check_matmul(from_device<float>(dy, want.size()), want, ref, mag);
         }
       }
 }
@@ -352,6 +400,8 @@ TEST_CASE("CUDA GPU: cuBLAS F16 GEMM (loaded at run time) equals the CPU backend
       const std::vector<float> wf = gauss(n_out * n_in, 51);
       std::vector<uint16_t> w16(wf.size());
       quantize_row(DType::F16, wf.data(), w16.data(), static_cast<int64_t>(wf.size()));
+      std::vector<float> wd(wf.size());
+      for (size_t i = 0; i < wd.size(); ++i) wd[i] = fp16_to_f32(w16[i]);
       WeightView w;
       w.type = DType::F16;
       w.n_in = n_in;
@@ -369,8 +419,9 @@ TEST_CASE("CUDA GPU: cuBLAS F16 GEMM (loaded at run time) equals the CPU backend
         cuda::launch_f32_to_f16(dx.as<float>(), dx16.as<uint16_t>(), m * n_in, nullptr);
         blas.gemm_f16(dw.as<uint16_t>(), n_out, n_in, dx16.as<uint16_t>(), m, dy.as<float>(), nullptr);
         cuda::device_synchronize();
-        // x rounded to f16: within a small fraction of the row's magnitude.
-        require_close(from_device<float>(dy, want.size()), want, 2e-3f * std::sqrt(static_cast<float>(n_in)), 0.0f);
+        std::vector<double> ref, mag;
+        exact_matmul(wd, n_out, n_in, x, m, false, true, ref, mag);
+        check_matmul(from_device<float>(dy, want.size()), want, ref, mag);
       }
     }
 }
@@ -379,101 +430,43 @@ TEST_CASE("CUDA GPU: paged flash-decoding attention over f16 KV equals the CPU b
   REQUIRE_GPU();
   ThreadPool pool(1);
   std::unique_ptr<Backend> cpu = make_cpu_backend(pool);
-  struct Case {
-    int n_head, n_kv, hd, bs, window;
-    float softcap;
-  };
-  const Case cases[] = {{8, 8, 64, 16, 0, 0.0f}, {32, 8, 128, 16, 0, 0.0f}, {4, 1, 256, 8, 0, 0.0f},
-                        {6, 2, 96, 16, 37, 0.0f}, {8, 4, 64, 4, 0, 50.0f}};
-  for (const Case& c : cases) {
+  const infer_test::AttnCase cases[] = {{8, 8, 64, 16, 0, 0.0f}, {32, 8, 128, 16, 0, 0.0f}, {4, 1, 256, 8, 0, 0.0f},
+                                        {6, 2, 96, 16, 37, 0.0f}, {8, 4, 64, 4, 0, 50.0f}};
+  for (const infer_test::AttnCase& c : cases) {
     INFO("heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd << " bs " << c.bs << " window " << c.window);
-    KvLayout L;
-    L.n_layers = 2;
-    L.n_kv_heads = c.n_kv;
-    L.head_dim = c.hd;
-    L.block_size = c.bs;
-    L.n_blocks = 160;
-    L.type = KvType::F16;
-    std::unique_ptr<KvMemory> mem = cpu->make_kv_memory(L, L.n_blocks, KvTier::Primary);
-    // Three sequences of awkward lengths over scattered blocks.
-    const std::vector<int> lens = {1, c.bs + 3, 700};
-    std::vector<std::vector<int32_t>> tables;
-    int next = 0;
-    std::mt19937 rng(3);
-    std::vector<int32_t> ids(L.n_blocks);
-    for (int i = 0; i < L.n_blocks; ++i) ids[i] = i;
-    std::shuffle(ids.begin(), ids.end(), rng);
-    int max_blocks = 0;
-    for (int len : lens) {
-      const int nb = (len + c.bs - 1) / c.bs;
-      tables.emplace_back(ids.begin() + next, ids.begin() + next + nb);
-      next += nb;
-      max_blocks = std::max(max_blocks, nb);
-    }
-    const int layer = 1, kv_dim = c.n_kv * c.hd;
-    // Write every position, then attend with each sequence's last token.
-    for (size_t s = 0; s < lens.size(); ++s) {
-      std::vector<int32_t> pos(lens[s]), slot(lens[s], static_cast<int32_t>(s));
-      for (int p = 0; p < lens[s]; ++p) pos[p] = p;
-      std::vector<const int32_t*> tp(lens[s], tables[s].data());
-      AttnBatch b;
-      b.n_tokens = lens[s];
-      b.pos = pos.data();
-      b.slot = slot.data();
-      b.table = tp.data();
-      const std::vector<float> k = gauss(lens[s] * kv_dim, 20 + s), v = gauss(lens[s] * kv_dim, 30 + s);
-      cpu->kv_write(*mem, layer, k.data(), v.data(), b);
-    }
-    const int n_tok = static_cast<int>(lens.size());
-    std::vector<int32_t> pos(n_tok), slot(n_tok), flat(n_tok * max_blocks, -1);
-    std::vector<const int32_t*> tp(n_tok);
-    for (int t = 0; t < n_tok; ++t) {
-      pos[t] = lens[t] - 1;
-      slot[t] = t;
-      tp[t] = tables[t].data();
-      std::copy(tables[t].begin(), tables[t].end(), flat.begin() + t * max_blocks);
-    }
-    AttnBatch b;
-    b.n_tokens = n_tok;
-    b.pos = pos.data();
-    b.slot = slot.data();
-    b.table = tp.data();
-    b.window = c.window;
-    b.softcap = c.softcap;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    const std::vector<float> q = gauss(n_tok * c.n_head * c.hd, 40);
-    std::vector<float> want(q.size());
-    cpu->attention(q.data(), *mem, layer, b, c.n_head, scale, want.data());
-
-    const HostKvMemory& host = as_host_memory(*mem);
-    cuda::layout::KvAddr addr{L.n_blocks, L.n_kv_heads, L.head_dim, L.block_size};
-    const size_t pool_elems = static_cast<size_t>(cuda::layout::kv_elem(addr, L.n_layers, 0, 0, 0, 0, 0));
-    auto dpool = cuda::to_device(static_cast<const uint16_t*>(host.k(0, 0)), pool_elems);
-    auto dq = cuda::to_device(q.data(), q.size()), dpos = cuda::to_device(pos.data(), pos.size()),
+    // Sequences of awkward lengths over scattered blocks; each one's last token attends.
+    const infer_test::AttnFixture f(*cpu, c, {1, c.bs + 3, 700}, 160);
+    const int n_tok = static_cast<int>(f.pos.size());
+    size_t max_blocks = 0;
+    for (const auto& t : f.tables) max_blocks = std::max(max_blocks, t.size());
+    std::vector<int32_t> flat(n_tok * max_blocks, -1);
+    for (int t = 0; t < n_tok; ++t) std::copy(f.tables[t].begin(), f.tables[t].end(), flat.begin() + t * max_blocks);
+    auto dpool = cuda::to_device(f.pool(), f.pool_elems());
+    auto dq = cuda::to_device(f.q.data(), f.q.size()), dpos = cuda::to_device(f.pos.data(), f.pos.size()),
          dtab = cuda::to_device(flat.data(), flat.size());
     for (int n_splits : {1, 3, cuda::paged_attention_splits(699, c.bs)}) {
       INFO("splits " << n_splits);
       cuda::DeviceBuffer work(cuda::paged_attention_work_floats(n_tok, c.n_head, c.hd, n_splits) * sizeof(float));
-      cuda::DeviceBuffer dout(q.size() * sizeof(float));
+      cuda::DeviceBuffer dout(f.q.size() * sizeof(float));
       cuda::PagedAttention a;
       a.q = dq.as<float>();
       a.pool = dpool.as<uint16_t>();
-      a.addr = addr;
-      a.layer = layer;
+      a.addr = infer_test::kv_addr(f.L);
+      a.layer = f.layer;
       a.n_tokens = n_tok;
       a.n_head = c.n_head;
       a.pos = dpos.as<int32_t>();
       a.tables = dtab.as<int32_t>();
-      a.table_stride = max_blocks;
+      a.table_stride = static_cast<int>(max_blocks);
       a.window = c.window;
-      a.scale = scale;
+      a.scale = f.scale;
       a.softcap = c.softcap;
       a.n_splits = n_splits;
       a.work = work.as<float>();
       a.out = dout.as<float>();
       cuda::launch_paged_attention_f16(a, nullptr);
       cuda::device_synchronize();
-      require_close(from_device<float>(dout, q.size()), want, 2e-5f, 1e-4f);
+      require_close(from_device<float>(dout, f.q.size()), f.want, 2e-5f, 1e-4f);
     }
   }
 }

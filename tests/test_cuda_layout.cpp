@@ -26,6 +26,7 @@
 #include "core/threadpool.h"
 #include "cuda/layout.h"
 #include "cuda/repack.h"
+#include "kv_test_util.h"
 #include "kv/kv_format.h"
 #include "quant/dequant.h"
 #include "quant/formats.h"
@@ -35,13 +36,7 @@ namespace lay = infer::cuda::layout;
 
 namespace {
 
-std::vector<float> gauss(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
+std::vector<float> gauss(size_t n, uint32_t seed) { return infer_test::cuda_gauss(n, seed); }
 
 // A quantized matrix: its bytes, its view and its dequantized values.
 struct QMatrix {
@@ -170,19 +165,9 @@ TEST_CASE("cuda layout: Q8_0 repacked into codes and scales dequantizes exactly"
 
 TEST_CASE("cuda layout: paged-KV addresses are HostKvMemory's", "[cuda_layout]") {
   for (KvType type : {KvType::F32, KvType::F16, KvType::I8}) {
-    KvLayout L;
-    L.n_layers = 3;
-    L.n_kv_heads = 2;
-    L.head_dim = 8;
-    L.block_size = 4;
-    L.n_blocks = 5;
-    L.type = type;
+    const KvLayout L = infer_test::kv_layout(type, 3, 2, 8, 4, 5);
     HostKvMemory mem(L, L.n_blocks);
-    lay::KvAddr a;
-    a.n_blocks = L.n_blocks;
-    a.n_kv_heads = L.n_kv_heads;
-    a.head_dim = L.head_dim;
-    a.block_size = L.block_size;
+    const lay::KvAddr a = infer_test::kv_addr(L);
     const auto* base = static_cast<const uint8_t*>(mem.k(0, 0));
     const size_t es = L.elem_bytes();
     for (int l = 0; l < L.n_layers; ++l)
@@ -203,15 +188,9 @@ TEST_CASE("cuda layout: paged-KV addresses are HostKvMemory's", "[cuda_layout]")
   }
   // f16 tokens written by the reference through a scattered block table read
   // back through kv_block / kv_row / kv_elem from the pool's base.
-  KvLayout L;
-  L.n_layers = 2;
-  L.n_kv_heads = 3;
-  L.head_dim = 16;
-  L.block_size = 4;
-  L.n_blocks = 6;
-  L.type = KvType::F16;
+  const KvLayout L = infer_test::kv_layout(KvType::F16, 2, 3, 16, 4, 6);
   HostKvMemory mem(L, L.n_blocks);
-  lay::KvAddr a{L.n_blocks, L.n_kv_heads, L.head_dim, L.block_size};
+  const lay::KvAddr a = infer_test::kv_addr(L);
   const std::vector<int32_t> table = {4, 1, 5, 0};
   const int n_pos = 14;
   const std::vector<float> k = gauss(static_cast<size_t>(n_pos) * L.kv_dim(), 5), v = gauss(k.size(), 6);
@@ -383,74 +362,19 @@ void attention_by_splits(const HostKvMemory& mem, const lay::KvAddr& a, int laye
 TEST_CASE("cuda layout: attention by splits through the block tables equals the CPU backend", "[cuda_layout]") {
   ThreadPool pool(1);
   std::unique_ptr<Backend> cpu = make_cpu_backend(pool);
-  struct Case {
-    int n_head, n_kv, hd, bs, window;
-    float softcap;
-  };
-  const Case cases[] = {{4, 4, 16, 16, 0, 0.0f}, {8, 2, 32, 4, 0, 0.0f}, {6, 3, 24, 8, 21, 0.0f}, {4, 1, 16, 16, 0, 5.0f}};
-  for (const Case& c : cases) {
+  const infer_test::AttnCase cases[] = {
+      {4, 4, 16, 16, 0, 0.0f}, {8, 2, 32, 4, 0, 0.0f}, {6, 3, 24, 8, 21, 0.0f}, {4, 1, 16, 16, 0, 5.0f}};
+  for (const infer_test::AttnCase& c : cases) {
     INFO("heads " << c.n_head << "/" << c.n_kv << " hd " << c.hd << " bs " << c.bs << " window " << c.window);
-    KvLayout L;
-    L.n_layers = 2;
-    L.n_kv_heads = c.n_kv;
-    L.head_dim = c.hd;
-    L.block_size = c.bs;
-    L.n_blocks = 120;
-    L.type = KvType::F16;
-    std::unique_ptr<KvMemory> mem = cpu->make_kv_memory(L, L.n_blocks, KvTier::Primary);
-    const std::vector<int> lens = {1, c.bs, c.bs + 3, 300};
-    std::vector<int32_t> ids(L.n_blocks);
-    for (int i = 0; i < L.n_blocks; ++i) ids[i] = i;
-    std::shuffle(ids.begin(), ids.end(), std::mt19937(9));
-    std::vector<std::vector<int32_t>> tables;
-    int next = 0;
-    const int layer = 1, kv_dim = c.n_kv * c.hd;
-    for (size_t s = 0; s < lens.size(); ++s) {
-      const int nb = (lens[s] + c.bs - 1) / c.bs;
-      tables.emplace_back(ids.begin() + next, ids.begin() + next + nb);
-      next += nb;
-      std::vector<int32_t> pos(lens[s]), slot(lens[s], static_cast<int32_t>(s));
-      for (int p = 0; p < lens[s]; ++p) pos[p] = p;
-      std::vector<const int32_t*> tp(lens[s], tables[s].data());
-      AttnBatch b;
-      b.n_tokens = lens[s];
-      b.pos = pos.data();
-      b.slot = slot.data();
-      b.table = tp.data();
-      const std::vector<float> k = gauss(lens[s] * kv_dim, 20 + s), v = gauss(lens[s] * kv_dim, 30 + s);
-      for (int l = 0; l < L.n_layers; ++l) cpu->kv_write(*mem, l, k.data(), v.data(), b);
-    }
-    // Attend with each sequence's last token; a window releases (-1) the
-    // blocks wholly before it, as the book-keeper does.
-    const int n_tok = static_cast<int>(lens.size());
-    std::vector<int32_t> pos(n_tok), slot(n_tok);
-    std::vector<const int32_t*> tp(n_tok);
-    for (int t = 0; t < n_tok; ++t) {
-      pos[t] = lens[t] - 1;
-      slot[t] = t;
-      if (c.window > 0)
-        for (int bi = 0; (bi + 1) * c.bs <= pos[t] - c.window + 1; ++bi) tables[t][bi] = -1;
-      tp[t] = tables[t].data();
-    }
-    AttnBatch b;
-    b.n_tokens = n_tok;
-    b.pos = pos.data();
-    b.slot = slot.data();
-    b.table = tp.data();
-    b.window = c.window;
-    b.softcap = c.softcap;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-    const std::vector<float> q = gauss(n_tok * c.n_head * c.hd, 40);
-    std::vector<float> want(q.size()), got(q.size());
-    cpu->attention(q.data(), *mem, layer, b, c.n_head, scale, want.data());
-    const lay::KvAddr a{L.n_blocks, L.n_kv_heads, L.head_dim, L.block_size};
+    const infer_test::AttnFixture f(*cpu, c, {1, c.bs, c.bs + 3, 300}, 120);
+    std::vector<float> got(f.q.size());
     for (int n_splits : {1, 2, 5, lay::split_count(0, 299, c.bs, 32, 4), 64}) {
       INFO("splits " << n_splits);
-      attention_by_splits(as_host_memory(*mem), a, layer, q, pos, tables, c.n_head, c.window, scale, c.softcap,
-                          n_splits, got);
-      for (size_t i = 0; i < q.size(); ++i) {
+      attention_by_splits(as_host_memory(*f.mem), infer_test::kv_addr(f.L), f.layer, f.q, f.pos, f.tables, c.n_head,
+                          c.window, f.scale, c.softcap, n_splits, got);
+      for (size_t i = 0; i < got.size(); ++i) {
         INFO("i " << i);
-        REQUIRE(std::fabs(got[i] - want[i]) <= 2e-5f + 1e-4f * std::fabs(want[i]));
+        REQUIRE(std::fabs(got[i] - f.want[i]) <= 2e-5f + 1e-4f * std::fabs(f.want[i]));
       }
     }
   }

@@ -17,6 +17,7 @@
 #include "cpu/attention.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_format.h"
+#include "kv_test_util.h"
 
 using namespace infer;
 
@@ -31,14 +32,7 @@ std::vector<float> gauss(size_t n, uint32_t seed, float mean = 0.0f) {
 }
 
 KvLayout layout_of(KvType type, int n_kv, int hd, int bs, int n_blocks) {
-  KvLayout L;
-  L.n_layers = 2;
-  L.n_kv_heads = n_kv;
-  L.head_dim = hd;
-  L.block_size = bs;
-  L.n_blocks = n_blocks;
-  L.type = type;
-  return L;
+  return infer_test::kv_layout(type, 2, n_kv, hd, bs, n_blocks);
 }
 
 // Every byte a pool holds for positions [0, n) of a sequence: elements,
