@@ -301,6 +301,20 @@ __global__ void paged_attention_split_kernel(PagedAttention a, int group) {
   }
 }
 
+// One thread block per token; threads over its kv_dim values of K and V.
+__global__ void kv_write_f16_kernel(uint16_t* pool, layout::KvAddr a, int layer, const float* k, const float* v,
+                                    const int32_t* pos, const int32_t* tables, int table_stride) {
+  const int t = blockIdx.x, kv_dim = a.n_kv_heads * a.head_dim;
+  const int blk = layout::kv_block(tables + static_cast<int64_t>(t) * table_stride, pos[t], a.block_size);
+  const int row = layout::kv_row(pos[t], a.block_size);
+  for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    const int h = i / a.head_dim, d = i % a.head_dim;
+    const int64_t src = static_cast<int64_t>(t) * kv_dim + i;
+    pool[layout::kv_elem(a, layer, blk, 0, h, row, d)] = __half_as_ushort(__float2half_rn(k[src]));
+    pool[layout::kv_elem(a, layer, blk, 1, h, row, d)] = __half_as_ushort(__float2half_rn(v[src]));
+  }
+}
+
 // One thread block per (token, head), one thread per value dim: the splits'
 // partials merged in order (layout::softmax_merge), then divided by l.
 __global__ void paged_attention_merge_kernel(PagedAttention a) {
@@ -387,6 +401,14 @@ void launch_q8_0_matvec(const int8_t* q, const uint16_t* d, int64_t n_out, int64
   constexpr int kWarps = 8;
   q8_0_kernel<<<blocks_for(n_out, kWarps), 32 * kWarps, 0, as_stream(stream)>>>(q, d, n_out, n_in, x, m, y);
   check_launch("q8_0");
+}
+
+void launch_kv_write_f16(uint16_t* pool, const layout::KvAddr& addr, int layer, const float* k, const float* v,
+                         int n_tokens, const int32_t* pos, const int32_t* tables, int table_stride, void* stream) {
+  if (n_tokens <= 0) return;
+  kv_write_f16_kernel<<<static_cast<unsigned>(n_tokens), 128, 0, as_stream(stream)>>>(pool, addr, layer, k, v, pos,
+                                                                                        tables, table_stride);
+  check_launch("kv_write_f16");
 }
 
 size_t paged_attention_work_floats(int n_tokens, int n_head, int head_dim, int n_splits) {

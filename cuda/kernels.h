@@ -71,6 +71,13 @@ struct PagedAttention {
   float* work = nullptr;
   float* out = nullptr;
 };
+// Writes the K and V rows (f32, [n_tokens][n_kv_heads * head_dim]) of
+// n_tokens tokens of layer `layer` into the paged f16 pool as f16 (round to
+// nearest even), token t at position pos[t] of its table row
+// tables[t * table_stride ...]: the bytes kv/kv_format.h's write_token gives.
+void launch_kv_write_f16(uint16_t* pool, const layout::KvAddr& addr, int layer, const float* k, const float* v,
+                         int n_tokens, const int32_t* pos, const int32_t* tables, int table_stride, void* stream);
+
 size_t paged_attention_work_floats(int n_tokens, int n_head, int head_dim, int n_splits);
 // The split count for a longest context of max_pos + 1 positions.
 int paged_attention_splits(int max_pos, int block_size);

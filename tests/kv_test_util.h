@@ -53,6 +53,7 @@ struct AttnFixture {
   infer::KvLayout L;
   std::unique_ptr<infer::KvMemory> mem;
   std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> k, v;  // each sequence's K and V rows, as written
   std::vector<int32_t> pos, slot;
   std::vector<const int32_t*> table_ptrs;
   infer::AttnBatch batch;
@@ -81,8 +82,9 @@ struct AttnFixture {
       b.pos = p.data();
       b.slot = sl.data();
       b.table = tp.data();
-      const std::vector<float> k = cuda_gauss(lens[s] * kv_dim, 20 + s), v = cuda_gauss(lens[s] * kv_dim, 30 + s);
-      for (int l = 0; l < L.n_layers; ++l) cpu.kv_write(*mem, l, k.data(), v.data(), b);
+      k.push_back(cuda_gauss(lens[s] * kv_dim, 20 + s));
+      v.push_back(cuda_gauss(lens[s] * kv_dim, 30 + s));
+      for (int l = 0; l < L.n_layers; ++l) cpu.kv_write(*mem, l, k[s].data(), v[s].data(), b);
     }
     const int n_tok = static_cast<int>(lens.size());
     pos.resize(n_tok);

@@ -471,6 +471,45 @@ TEST_CASE("CUDA GPU: paged flash-decoding attention over f16 KV equals the CPU b
   }
 }
 
+TEST_CASE("CUDA GPU: KV rows written into the paged f16 pool are the CPU backend's bytes", "[cuda][gpu]") {
+  REQUIRE_GPU();
+  ThreadPool pool(1);
+  std::unique_ptr<Backend> cpu = make_cpu_backend(pool);
+  const infer_test::AttnCase c{8, 2, 96, 16, 0, 0.0f};
+  const infer_test::AttnFixture f(*cpu, c, {1, 17, 300}, 40);
+  const cuda::layout::KvAddr a = infer_test::kv_addr(f.L);
+  const std::vector<uint16_t> zeros(f.pool_elems(), 0);
+  auto dpool = cuda::to_device(zeros.data(), zeros.size());
+  for (size_t s = 0; s < f.tables.size(); ++s) {
+    const int n = static_cast<int>(f.k[s].size() / (c.n_kv * c.hd));
+    std::vector<int32_t> pos(n), flat;
+    for (int p = 0; p < n; ++p) {
+      pos[p] = p;
+      flat.insert(flat.end(), f.tables[s].begin(), f.tables[s].end());
+    }
+    auto dk = cuda::to_device(f.k[s].data(), f.k[s].size()), dv = cuda::to_device(f.v[s].data(), f.v[s].size()),
+         dpos = cuda::to_device(pos.data(), pos.size()), dtab = cuda::to_device(flat.data(), flat.size());
+    for (int l = 0; l < f.L.n_layers; ++l)
+      cuda::launch_kv_write_f16(dpool.as<uint16_t>(), a, l, dk.as<float>(), dv.as<float>(), n, dpos.as<int32_t>(),
+                                dtab.as<int32_t>(), static_cast<int>(f.tables[s].size()), nullptr);
+  }
+  cuda::device_synchronize();
+  const std::vector<uint16_t> got = from_device<uint16_t>(dpool, f.pool_elems());
+  const uint16_t* want = f.pool();
+  for (size_t s = 0; s < f.tables.size(); ++s) {
+    const int n = static_cast<int>(f.k[s].size() / (c.n_kv * c.hd));
+    for (int l = 0; l < f.L.n_layers; ++l)
+      for (int p = 0; p < n; ++p)
+        for (int is_v = 0; is_v < 2; ++is_v)
+          for (int h = 0; h < c.n_kv; ++h)
+            for (int d = 0; d < c.hd; ++d) {
+              const int64_t i = cuda::layout::kv_elem(a, l, f.tables[s][p / c.bs], is_v, h, p % c.bs, d);
+              INFO("seq " << s << " layer " << l << " pos " << p << " v " << is_v << " head " << h << " dim " << d);
+              REQUIRE(got[i] == want[i]);
+            }
+  }
+}
+
 #else
 TEST_CASE("CUDA: kernels and loader", "[cuda]") { WARN("SKIPPED: built without the CUDA backend"); }
 #endif
