@@ -221,7 +221,7 @@ int main(int argc, char** argv) {
         cuda::DeviceBuffer work(cuda::paged_attention_work_floats(batch, n_head, hd, pa.n_splits) * sizeof(float));
         pa.work = work.as<float>();
         pa.out = out.as<float>();
-        const float t = median_ms(5, [&] { cuda::launch_paged_attention_f16(pa, nullptr); });
+        const float t = median_ms(5, [&] { cuda::launch_paged_attention(pa, nullptr); });
         const double bytes = 2.0 * batch * ctx * n_kv * hd * 2;
         const double gbs = bytes / (t * 1e-3) / 1e9;
         std::printf("ctx %5d batch %2d splits %2d: %8.3f ms %6.0f GB/s %3.0f%%\n", ctx, batch, pa.n_splits, t, gbs,

@@ -131,6 +131,29 @@ void DeviceBuffer::download(void* dst, size_t bytes) const {
   if (e != cudaSuccess) raise(Status::Backend, "CUDA download: %s", cudaGetErrorString(e));
 }
 
+namespace {
+void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+  if (bytes == 0) return;
+  const cudaError_t e = cudaMemcpy(dst, src, bytes, kind);
+  if (e != cudaSuccess) raise(Status::Backend, "CUDA %s of %zu bytes: %s", what, bytes, cudaGetErrorString(e));
+}
+}  // namespace
+
+void copy_to_device(void* dst, const void* src, size_t bytes) { copy(dst, src, bytes, cudaMemcpyHostToDevice, "upload"); }
+void copy_to_host(void* dst, const void* src, size_t bytes) { copy(dst, src, bytes, cudaMemcpyDeviceToHost, "download"); }
+void copy_on_device(void* dst, const void* src, size_t bytes) { copy(dst, src, bytes, cudaMemcpyDeviceToDevice, "copy"); }
+
+void zero_device(void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  const cudaError_t e = cudaMemset(dst, 0, bytes);
+  if (e != cudaSuccess) raise(Status::Backend, "CUDA memset: %s", cudaGetErrorString(e));
+}
+
+void use_device(int i) {
+  const cudaError_t e = cudaSetDevice(i);
+  if (e != cudaSuccess) raise(Status::Backend, "CUDA: cannot use device %d: %s", i, cudaGetErrorString(e));
+}
+
 void device_synchronize() {
   const cudaError_t e = cudaDeviceSynchronize();
   if (e != cudaSuccess) raise(Status::Backend, "CUDA: %s", cudaGetErrorString(e));

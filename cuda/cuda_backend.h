@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
+
+#include "core/backend.h"
 
 namespace infer::cuda {
 
@@ -22,6 +25,12 @@ struct DeviceProbe {
   std::string reason;     // "" when usable
 };
 DeviceProbe probe_devices();
+
+// Makes device i the calling thread's current device (Error(Backend)).
+void use_device(int i);
+// The CUDA backend (cuda/backend.cpp) on the probe's device. Only the
+// backend factory (engine/backends.cpp) calls it.
+std::unique_ptr<Backend> make_cuda_backend();
 
 // Number of visible CUDA devices; 0 when there is no driver or no GPU.
 int device_count();
@@ -64,6 +73,12 @@ DeviceBuffer to_device(const T* src, size_t n) {
 }
 // Waits for the device; Error(Backend) with the error a kernel left.
 void device_synchronize();
+// Copies between host and device memory or within the device, waiting for
+// them; Error(Backend) when a copy fails.
+void copy_to_device(void* dst, const void* src, size_t bytes);
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void copy_on_device(void* dst, const void* src, size_t bytes);
+void zero_device(void* dst, size_t bytes);
 
 // Elapsed device time between start() and stop_ms() on a stream (CUDA
 // events): what the kernels in between took, without host overheads.

@@ -231,15 +231,23 @@ __global__ void q8_0_kernel(const int8_t* __restrict__ q, const uint16_t* __rest
   }
 }
 
-// ---- flash-decoding over the paged f16 pool -----------------------------------------------------
+// ---- flash-decoding over the paged pool (f16 or f32) -----------------------------------------------------
 
 constexpr int kMaxHeadDim = 256;  // 8 values a lane
+
+// A KV element as f32: the pool holds f16 (uint16_t) or f32.
+__device__ __forceinline__ float kv_load(const uint16_t* p, int64_t i) { return __half2float(__ushort_as_half(p[i])); }
+__device__ __forceinline__ float kv_load(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ void kv_store(uint16_t* p, int64_t i, float x) { p[i] = __half_as_ushort(__float2half_rn(x)); }
+__device__ __forceinline__ void kv_store(float* p, int64_t i, float x) { p[i] = x; }
 
 // Thread block (token t, KV head, split s); warp w is query head
 // kv_head * group + w. K/V of one KV block are staged in shared memory once
 // for all the group's query heads (GQA), then each warp scores its head
 // against them and folds the scores into its partial (layout::softmax_push).
+template <typename E>
 __global__ void paged_attention_split_kernel(PagedAttention a, int group) {
+  const E* pool = static_cast<const E*>(a.pool);
   extern __shared__ float smem[];  // K then V of one KV block: 2 * block_size * head_dim
   const int hd = a.addr.head_dim, bs = a.addr.block_size;
   float* sk = smem;
@@ -267,8 +275,8 @@ __global__ void paged_attention_split_kernel(PagedAttention a, int group) {
       __syncthreads();        // the previous block's rows are no longer read
       for (int i = threadIdx.x; i < bs * hd; i += blockDim.x) {
         const int tok = i / hd, d = i % hd;
-        sk[i] = __half2float(__ushort_as_half(a.pool[layout::kv_elem(a.addr, a.layer, blk, 0, kvh, tok, d)]));
-        sv[i] = __half2float(__ushort_as_half(a.pool[layout::kv_elem(a.addr, a.layer, blk, 1, kvh, tok, d)]));
+        sk[i] = kv_load(pool, layout::kv_elem(a.addr, a.layer, blk, 0, kvh, tok, d));
+        sv[i] = kv_load(pool, layout::kv_elem(a.addr, a.layer, blk, 1, kvh, tok, d));
       }
       __syncthreads();
       const int p0 = max(first, bi * bs), p1 = min(last, bi * bs + bs - 1);
@@ -302,16 +310,17 @@ __global__ void paged_attention_split_kernel(PagedAttention a, int group) {
 }
 
 // One thread block per token; threads over its kv_dim values of K and V.
-__global__ void kv_write_f16_kernel(uint16_t* pool, layout::KvAddr a, int layer, const float* k, const float* v,
-                                    const int32_t* pos, const int32_t* tables, int table_stride) {
+template <typename E>
+__global__ void kv_write_kernel(E* pool, layout::KvAddr a, int layer, const float* k, const float* v,
+                                const int32_t* pos, const int32_t* tables, int table_stride) {
   const int t = blockIdx.x, kv_dim = a.n_kv_heads * a.head_dim;
   const int blk = layout::kv_block(tables + static_cast<int64_t>(t) * table_stride, pos[t], a.block_size);
   const int row = layout::kv_row(pos[t], a.block_size);
   for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
     const int h = i / a.head_dim, d = i % a.head_dim;
     const int64_t src = static_cast<int64_t>(t) * kv_dim + i;
-    pool[layout::kv_elem(a, layer, blk, 0, h, row, d)] = __half_as_ushort(__float2half_rn(k[src]));
-    pool[layout::kv_elem(a, layer, blk, 1, h, row, d)] = __half_as_ushort(__float2half_rn(v[src]));
+    kv_store(pool, layout::kv_elem(a, layer, blk, 0, h, row, d), k[src]);
+    kv_store(pool, layout::kv_elem(a, layer, blk, 1, h, row, d), v[src]);
   }
 }
 
@@ -403,12 +412,17 @@ void launch_q8_0_matvec(const int8_t* q, const uint16_t* d, int64_t n_out, int64
   check_launch("q8_0");
 }
 
-void launch_kv_write_f16(uint16_t* pool, const layout::KvAddr& addr, int layer, const float* k, const float* v,
-                         int n_tokens, const int32_t* pos, const int32_t* tables, int table_stride, void* stream) {
+void launch_kv_write(void* pool, bool f32, const layout::KvAddr& addr, int layer, const float* k, const float* v,
+                     int n_tokens, const int32_t* pos, const int32_t* tables, int table_stride, void* stream) {
   if (n_tokens <= 0) return;
-  kv_write_f16_kernel<<<static_cast<unsigned>(n_tokens), 128, 0, as_stream(stream)>>>(pool, addr, layer, k, v, pos,
-                                                                                        tables, table_stride);
-  check_launch("kv_write_f16");
+  const unsigned n = static_cast<unsigned>(n_tokens);
+  if (f32)
+    kv_write_kernel<<<n, 128, 0, as_stream(stream)>>>(static_cast<float*>(pool), addr, layer, k, v, pos, tables,
+                                                      table_stride);
+  else
+    kv_write_kernel<<<n, 128, 0, as_stream(stream)>>>(static_cast<uint16_t*>(pool), addr, layer, k, v, pos, tables,
+                                                      table_stride);
+  check_launch("kv_write");
 }
 
 size_t paged_attention_work_floats(int n_tokens, int n_head, int head_dim, int n_splits) {
@@ -421,7 +435,7 @@ int paged_attention_splits(int max_pos, int block_size) {
   return layout::split_count(0, max_pos, block_size, 32, 4);
 }
 
-void launch_paged_attention_f16(const PagedAttention& a, void* stream) {
+void launch_paged_attention(const PagedAttention& a, void* stream) {
   const int hd = a.addr.head_dim, n_kv = a.addr.n_kv_heads;
   if (n_kv <= 0 || a.n_head % n_kv != 0) raise(Status::InvalidArgument, "CUDA attention: %d heads over %d KV heads", a.n_head, n_kv);
   const int group = a.n_head / n_kv;
@@ -432,7 +446,10 @@ void launch_paged_attention_f16(const PagedAttention& a, void* stream) {
   if (a.n_splits < 1) raise(Status::InvalidArgument, "CUDA attention: %d splits", a.n_splits);
   if (a.n_tokens <= 0) return;
   const dim3 grid(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(n_kv), static_cast<unsigned>(a.n_splits));
-  paged_attention_split_kernel<<<grid, 32 * group, smem, as_stream(stream)>>>(a, group);
+  if (a.f32)
+    paged_attention_split_kernel<float><<<grid, 32 * group, smem, as_stream(stream)>>>(a, group);
+  else
+    paged_attention_split_kernel<uint16_t><<<grid, 32 * group, smem, as_stream(stream)>>>(a, group);
   check_launch("attention (splits)");
   paged_attention_merge_kernel<<<static_cast<unsigned>(a.n_tokens * a.n_head), 128, 0, as_stream(stream)>>>(a);
   check_launch("attention (merge)");

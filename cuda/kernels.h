@@ -44,7 +44,7 @@ void launch_w4a16_gemm(const uint32_t* q, const uint16_t* scale, const uint8_t* 
 void launch_q8_0_matvec(const int8_t* q, const uint16_t* d, int64_t n_out, int64_t n_in, const float* x, int m,
                         float* y, void* stream);
 
-// Flash-decoding attention over a paged f16 KV pool laid out as
+// Flash-decoding attention over a paged f16 or f32 KV pool laid out as
 // HostKvMemory (layout::KvAddr; `pool` is its element array). Token t (of
 // n_tokens) attends, with query head h, to positions
 // [max(0, pos[t] - window + 1) (0 without a window), pos[t]] of KV head
@@ -56,7 +56,8 @@ void launch_q8_0_matvec(const int8_t* q, const uint16_t* d, int64_t n_out, int64
 // a second kernel merges them. q, out: [n_tokens][n_head * head_dim].
 struct PagedAttention {
   const float* q = nullptr;
-  const uint16_t* pool = nullptr;
+  const void* pool = nullptr;  // f16 elements (f32: f32 ones)
+  bool f32 = false;
   layout::KvAddr addr;
   int layer = 0;
   int n_tokens = 0;
@@ -72,15 +73,16 @@ struct PagedAttention {
   float* out = nullptr;
 };
 // Writes the K and V rows (f32, [n_tokens][n_kv_heads * head_dim]) of
-// n_tokens tokens of layer `layer` into the paged f16 pool as f16 (round to
-// nearest even), token t at position pos[t] of its table row
-// tables[t * table_stride ...]: the bytes kv/kv_format.h's write_token gives.
-void launch_kv_write_f16(uint16_t* pool, const layout::KvAddr& addr, int layer, const float* k, const float* v,
-                         int n_tokens, const int32_t* pos, const int32_t* tables, int table_stride, void* stream);
+// n_tokens tokens of layer `layer` into the paged pool, as f16 (round to
+// nearest even) or, f32, as they are: token t at position pos[t] of its
+// table row tables[t * table_stride ...]: the bytes kv/kv_format.h's
+// write_token gives.
+void launch_kv_write(void* pool, bool f32, const layout::KvAddr& addr, int layer, const float* k, const float* v,
+                     int n_tokens, const int32_t* pos, const int32_t* tables, int table_stride, void* stream);
 
 size_t paged_attention_work_floats(int n_tokens, int n_head, int head_dim, int n_splits);
 // The split count for a longest context of max_pos + 1 positions.
 int paged_attention_splits(int max_pos, int block_size);
-void launch_paged_attention_f16(const PagedAttention& a, void* stream);
+void launch_paged_attention(const PagedAttention& a, void* stream);
 
 }  // namespace infer::cuda

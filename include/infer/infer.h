@@ -122,13 +122,13 @@ INFER_API void infer_free(void *ptr);
 typedef struct infer_model infer_model;
 
 typedef enum infer_backend {
-  INFER_BACKEND_AUTO = 0, /* the best available (CPU in this version; without a usable GPU
-                             one INFO log line says why the CPU was chosen) */
+  INFER_BACKEND_AUTO = 0, /* the best available: the CPU in this version (one INFO log line
+                             says why: no usable GPU, or a CUDA backend not yet validated) */
   INFER_BACKEND_CPU = 1,
-  INFER_BACKEND_CUDA = 2, /* infer_model_load fails with INFER_ERR_BACKEND when the machine has
-                             no usable NVIDIA driver or device, INFER_ERR_UNSUPPORTED when the
-                             library was built without CUDA or cannot run models on it yet;
-                             infer_last_error() names the reason */
+  INFER_BACKEND_CUDA = 2, /* experimental (f16/f32 KV, no host tier); infer_model_load fails
+                             with INFER_ERR_BACKEND when the machine has no usable NVIDIA
+                             driver or device, INFER_ERR_UNSUPPORTED when the library was built
+                             without CUDA; infer_last_error() names the reason */
   INFER_BACKEND_FORCE_32BIT = 0x7fffffff
 } infer_backend;
 

@@ -12,11 +12,12 @@
 
 namespace infer {
 
-// AUTO: CUDA when it can run here, else the CPU, saying why in one Info log
-// line ("no CUDA device: using the CPU backend (reason)").
-// CUDA: Error(Backend) when the machine has no usable driver or device,
-// Error(Unsupported) when this build has no CUDA backend or it cannot run
-// models yet (issue #16); the message names the reason.
+// AUTO: the CPU, saying why in one Info log line ("no CUDA device: using the
+// CPU backend (reason)"; with a usable GPU, that the CUDA backend is not yet
+// validated on one: issue #16).
+// CUDA: the CUDA backend when a usable device is there; Error(Backend) when
+// the machine has no usable driver or device, Error(Unsupported) when this
+// build has no CUDA backend; the message names the reason.
 BackendKind resolve_backend(BackendKind requested);
 
 // A backend of `kind` (resolved) running on `pool`.
