@@ -140,6 +140,52 @@ TEST_CASE("draft length adapts to acceptance and pauses when drafting does not p
   CHECK(off.next() == 0);
 }
 
+TEST_CASE("draft length by measured step costs: the most tokens per millisecond", "[speculative]") {
+  CHECK(expected_tokens(0.0, 4) == 1.0);
+  CHECK(expected_tokens(1.0, 4) == 5.0);
+  CHECK(expected_tokens(0.5, 1) == Approx(1.5));
+  CHECK(expected_tokens(0.84, 4) == Approx((1 - std::pow(0.84, 5)) / 0.16));
+
+  StepCosts c;
+  CHECK(c.step_ms(1) < 0);
+  CHECK(cost_aware_draft_length(0.84, 4, c) == 4);  // nothing measured: the adaptive rule's length
+  // This machine's AVX2 shape (bench/RESULTS.md, session 8): 2 rows cost one,
+  // 3-4 rows about 1.75, 5 rows 2.13.
+  c.record_step(1, 10.0);
+  c.record_step(2, 10.8);
+  c.record_step(3, 17.0);
+  c.record_step(4, 17.5);
+  CHECK(cost_aware_draft_length(0.84, 4, c) == 4);  // the 5-row step not measured yet: explore it
+  c.record_step(5, 21.3);
+  // a = 0.84: k = 1 gives 1.84 / 10.8 = 0.170 tokens/ms, k = 3 3.14 / 17.5 = 0.179,
+  // k = 4 3.64 / 21.3 = 0.171.
+  CHECK(cost_aware_draft_length(0.84, 4, c) == 3);
+  CHECK(cost_aware_draft_length(0.84, 2, c) == 1);  // capped: 1.84 / 10.8 > 2.44 / 17.0
+  CHECK(cost_aware_draft_length(0.5, 4, c) == 1);   // low acceptance: short drafts
+  CHECK(cost_aware_draft_length(0.97, 4, c) == 4);  // near-certain acceptance: the longest
+  // A drafter that costs 2 ms a token pushes toward short drafts.
+  c.record_draft(2.0);
+  CHECK(c.draft_ms() == 2.0);
+  CHECK(cost_aware_draft_length(0.84, 4, c) == 1);  // 1.84 / 12.8 = 0.144 > 3.14 / 23.5 = 0.134
+  // Averages move toward new measurements (a machine that got faster at 5 rows).
+  for (int i = 0; i < 30; ++i) c.record_step(5, 11.0);
+  CHECK(c.step_ms(5) == Approx(11.0).epsilon(0.01));
+  CHECK(cost_aware_draft_length(0.84, 4, c) == 4);
+  c.record_step(0, 1.0);  // out of range: ignored
+  c.record_step(StepCosts::kMaxRows + 1, 1.0);
+  CHECK(c.step_ms(0) < 0);
+
+  // The acceptance estimate: accepted / tried, where a step tries its
+  // accepted drafts and the first rejected one.
+  DraftLength k(4);
+  CHECK(k.acceptance() == 0.5);
+  for (int i = 0; i < 50; ++i) {
+    k.update(4, 3);  // 3 accepted, the 4th tried and rejected
+    k.update(4, 4);  // all 4 accepted
+  }
+  CHECK(k.acceptance() == Approx(7.0 / 8.0).epsilon(0.02));
+}
+
 TEST_CASE("acceptance counters: rate, mean accepted length and acceptance by position", "[speculative]") {
   SpecCounters c;
   c.add_step(4, 4);

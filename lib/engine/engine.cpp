@@ -247,12 +247,14 @@ bool Engine::forward(const StepPlan& plan) {
     logits_.resize(plan.batch.logit_rows.size() * static_cast<size_t>(n_vocab));
     const auto t0 = Clock::now();
     model_.forward(plan.batch, *kv_, *backend_, ws_, logits_.data());
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    step_costs_.record_step(static_cast<int32_t>(plan.batch.size()), ms);
     if (log_enabled(LogLevel::Debug)) {  // one line per step: where serving time goes
       int64_t positions = 0;
       for (size_t i = 0; i < plan.batch.size(); ++i) positions += plan.batch.pos[i] + 1;
       log(LogLevel::Debug, "engine step %llu: %zu rows, %zu sequences, %lld attended positions, forward %.2f ms",
           static_cast<unsigned long long>(stats_.n_steps), plan.batch.size(), plan.entries.size(),
-          static_cast<long long>(positions), std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          static_cast<long long>(positions), ms);
     }
     return true;
   } catch (const Error& e) {
@@ -325,6 +327,10 @@ void Engine::draft() {
     // No further than the token limit and the context allow: every draft
     // position must exist, and the token after the drafts is emitted too.
     int32_t k = s.draft_len.next();
+    // One sequence decoding alone (the case speculation exists for): the
+    // length that makes the most tokens per millisecond by this machine's
+    // measured step costs, at most the adaptive rule's length.
+    if (decoding == 1 && k > 1) k = cost_aware_draft_length(s.draft_len.acceptance(), k, step_costs_);
     k = std::min(k, r.params().max_tokens - r.n_generated() - 1);
     k = std::min(k, n_ctx_ - s.n_tokens() - 1);
     if (k <= 0) {
@@ -340,7 +346,11 @@ void Engine::draft() {
     }
   }
   if (model_seqs.empty()) return;
+  const auto t0 = Clock::now();
   if (draft_kv_) draft_model_step(model_seqs, model_k); else draft_layerskip(model_seqs, model_k);
+  if (model_seqs.size() == 1 && !model_seqs[0]->draft.empty())
+    step_costs_.record_draft(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() /
+                             static_cast<double>(model_seqs[0]->draft.size()));
 }
 
 bool Engine::draft_forward(const Batch& b) {

@@ -145,6 +145,7 @@ class Engine {
   Scheduler sched_;
   Workspace ws_;
   std::unique_ptr<Drafter> drafter_;
+  StepCosts step_costs_;  // forward and draft costs as measured here (speculation's draft length)
   std::vector<uint8_t> skip_layers_;  // LayerSkip
   std::vector<float> draft_logits_;
   std::vector<float> logits_;

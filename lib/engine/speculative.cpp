@@ -1,6 +1,7 @@
 #include "engine/speculative.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -167,6 +168,8 @@ void DraftLength::update(int32_t drafted, int32_t accepted) {
     return;
   }
   recent_rate_ = 0.8 * recent_rate_ + 0.2 * (static_cast<double>(accepted) / drafted);
+  accepted_ = 0.9 * accepted_ + accepted;
+  tried_ = 0.9 * tried_ + accepted + (accepted < drafted ? 1 : 0);
   if (accepted == drafted) {
     k_ = std::min(max_k_, k_ + 1);
   } else if (2 * accepted < drafted) {
@@ -176,6 +179,41 @@ void DraftLength::update(int32_t drafted, int32_t accepted) {
     paused_ = 16;  // steps without drafting before trying again
     recent_rate_ = 0.25;
   }
+}
+
+void StepCosts::record_step(int32_t rows, double ms) {
+  if (rows < 1 || rows > kMaxRows || !(ms >= 0)) return;
+  ms_[rows] = seen_[rows] ? 0.8 * ms_[rows] + 0.2 * ms : ms;
+  seen_[rows] = true;
+}
+
+void StepCosts::record_draft(double ms_per_token) {
+  if (!(ms_per_token >= 0)) return;
+  draft_ms_ = draft_seen_ ? 0.8 * draft_ms_ + 0.2 * ms_per_token : ms_per_token;
+  draft_seen_ = true;
+}
+
+double expected_tokens(double a, int32_t k) {
+  if (k <= 0) return 1.0;
+  if (a >= 1.0) return k + 1.0;
+  if (a <= 0.0) return 1.0;
+  return (1.0 - std::pow(a, k + 1)) / (1.0 - a);
+}
+
+int32_t cost_aware_draft_length(double a, int32_t cap, const StepCosts& costs) {
+  if (cap <= 1 || costs.step_ms(cap + 1) < 0) return cap;
+  int32_t best = cap;
+  double best_rate = -1;
+  for (int32_t k = 1; k <= cap; ++k) {
+    const double step = costs.step_ms(k + 1);
+    if (step < 0) continue;
+    const double rate = expected_tokens(a, k) / (step + k * costs.draft_ms());
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = k;
+    }
+  }
+  return best;
 }
 
 void SpecCounters::add_step(int32_t n_drafted, int32_t n_accepted) {

@@ -105,13 +105,53 @@ class DraftLength {
   // step that drafted nothing counts down a pause).
   void update(int32_t drafted, int32_t accepted);
   int32_t max_k() const { return max_k_; }
+  // The probability that a drafted token is accepted given that the ones
+  // before it were, estimated from recent steps as accepted / tried (a
+  // step tries its accepted drafts plus the first rejected one): the
+  // maximum-likelihood estimate if acceptances are independent.
+  double acceptance() const { return tried_ > 0 ? accepted_ / tried_ : 0.5; }
 
  private:
   int32_t max_k_;
   int32_t k_;
   int32_t paused_ = 0;
   double recent_rate_ = 0.5;  // exponential average of accepted / drafted
+  double accepted_ = 0, tried_ = 0;  // exponentially decayed counts (acceptance())
 };
+
+// What a forward step costs by its number of rows, as measured on this
+// machine (exponential averages of the engine's own steps), and what one
+// drafted token costs the drafter. The verify step of K drafts has K + 1
+// rows; on CPUs whose kernels walk the weights once for up to 2 rows but
+// twice from 3 rows on, that cost is far from linear in K.
+class StepCosts {
+ public:
+  static constexpr int32_t kMaxRows = 64;
+  void record_step(int32_t rows, double ms);
+  void record_draft(double ms_per_token);
+  // Milliseconds of a step of `rows` rows; < 0 when none was measured.
+  double step_ms(int32_t rows) const {
+    return rows >= 1 && rows <= kMaxRows && seen_[rows] ? ms_[rows] : -1.0;
+  }
+  double draft_ms() const { return draft_seen_ ? draft_ms_ : 0.0; }
+
+ private:
+  double ms_[kMaxRows + 1] = {};
+  bool seen_[kMaxRows + 1] = {};
+  double draft_ms_ = 0;
+  bool draft_seen_ = false;
+};
+
+// Expected tokens a verification step of k drafts emits when each draft is
+// accepted with probability a after its predecessors: (1 - a^(k+1)) / (1 - a).
+double expected_tokens(double a, int32_t k);
+
+// The draft length in [1, cap] that makes the most tokens per millisecond,
+// expected_tokens(a, k) / (step_ms(k + 1) + k * draft_ms), among the lengths
+// whose (k + 1)-row step was measured; a length not measured yet is chosen
+// only if it is `cap` itself (so the adaptive rule still explores upward).
+// Returns cap when step_ms(cap + 1) is unknown or nothing else is known.
+int32_t cost_aware_draft_length(double a, int32_t cap, const StepCosts& costs);
 
 // Acceptance counters, per request and per engine.
 struct SpecCounters {
