@@ -290,7 +290,9 @@ typedef struct infer_engine_params {
                                    with log-probabilities speculate (the grammar masks the target
                                    distribution drafts are judged by) */
   int32_t spec_k;               /* most draft tokens per sequence and step, default 4, in [1, 32];
-                                   each sequence adapts its own to its acceptance */
+                                   each sequence adapts its own to its acceptance, and one
+                                   decoding alone to the step costs measured on this machine
+                                   (the length with the most expected tokens per millisecond) */
   int32_t spec_ngram_max;       /* NGRAM: suffix lengths matched, longest first; default 3 */
   int32_t spec_ngram_min;       /* default 1; 1 <= min <= max <= 64 */
   int32_t spec_max_batch;       /* no drafting in a step where more sequences than this decode
