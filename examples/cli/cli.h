@@ -452,7 +452,8 @@ struct Register {
 // `infer bench-serve --url`: the same workload sent over HTTP to an
 // OpenAI-compatible server (examples/server/bench_http.cpp, built with
 // `infer serve`; http_bench() is nullptr in a CLI built without it).
-struct HttpBenchJob {
+// One request of bench-serve's workload (in process or over HTTP).
+struct BenchJob {
   double at_s = 0;               // arrival time from the start (0 for all: closed loop)
   std::vector<int32_t> prompt;   // token ids, sent as the prompt
   int32_t max_tokens = 0;
@@ -469,7 +470,7 @@ struct HttpBenchConfig {
   std::string model;     // the "model" field of each request
   int concurrency = 1;   // requests in flight at most
 };
-using HttpBenchFn = void (*)(const HttpBenchConfig& cfg, const std::vector<HttpBenchJob>& jobs,
+using HttpBenchFn = void (*)(const HttpBenchConfig& cfg, const std::vector<BenchJob>& jobs,
                              std::vector<HttpBenchOutcome>& out);
 inline HttpBenchFn& http_bench() {
   static HttpBenchFn fn = nullptr;

@@ -72,6 +72,48 @@ double percentile(std::vector<double> v, double p) {
   return i + 1 < v.size() ? v[i] * (1 - f) + v[i + 1] * f : v[i];
 }
 
+// The latency percentiles: as JSON members (no braces) and as two text lines.
+std::string latency_json(const std::vector<double>& ttft, const std::vector<double>& tpot,
+                         const std::vector<double>& e2e) {
+  std::string s;
+  auto add = [&](const char* key, const std::vector<double>& v, double p) {
+    s += std::string(s.empty() ? "" : ", ") + "\"" + key + "\": " + num(percentile(v, p));
+  };
+  add("ttft_ms_p50", ttft, 50);
+  add("ttft_ms_p90", ttft, 90);
+  add("ttft_ms_p99", ttft, 99);
+  add("tpot_ms_p50", tpot, 50);
+  add("tpot_ms_p90", tpot, 90);
+  add("tpot_ms_p99", tpot, 99);
+  add("e2e_ms_p50", e2e, 50);
+  add("e2e_ms_p99", e2e, 99);
+  return s;
+}
+
+void print_latency(const std::vector<double>& ttft, const std::vector<double>& tpot) {
+  std::printf("  TTFT ms p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 50), percentile(ttft, 90), percentile(ttft, 99));
+  std::printf("  TPOT ms p50 %.2f  p90 %.2f  p99 %.2f\n", percentile(tpot, 50), percentile(tpot, 90), percentile(tpot, 99));
+}
+
+// The workload, drawn up front (so every policy and both ways of sending it
+// see the same one): Poisson arrivals at `rate` (all at 0 for rate 0), prompts
+// of random token ids after BOS, output lengths, within the model's context.
+std::vector<BenchJob> draw_workload(const infer_model_info& info, double rate, const Dist& prompt_len,
+                                    const Dist& output_len, std::mt19937_64& rng, int32_t n_requests) {
+  const int32_t ctx = std::min(info.n_ctx_train > 0 ? info.n_ctx_train : 2048, 4096);
+  std::vector<BenchJob> jobs(static_cast<size_t>(n_requests));
+  double t = 0;
+  for (BenchJob& j : jobs) {
+    if (rate > 0) t += std::exponential_distribution<double>(rate)(rng);
+    j.at_s = t;
+    const int32_t pl = prompt_len.draw(rng, 1, ctx / 2);
+    j.max_tokens = output_len.draw(rng, 1, ctx - pl - 1);
+    j.prompt.push_back(info.bos_token >= 0 ? info.bos_token : 1);
+    for (int32_t k = 1; k < pl; ++k) j.prompt.push_back(static_cast<int32_t>(3 + rng() % (info.n_vocab - 3)));
+  }
+  return jobs;
+}
+
 const FlagTable kBenchServeFlags = kModelFlags + FlagTable{
     {"--requests", "N", "100", "requests to send"},
     {"--rate", "R", "10", "mean arrivals per second (Poisson); 0: all at once"},
@@ -110,17 +152,7 @@ int bench_serve_url(const Args& a, const std::string& policy, double rate, const
   cfg.concurrency = static_cast<int>(a.get_int("--concurrency", a.get_int("--max-seqs", 16, 1, 65536), 1, 65536));
   const size_t slash = path.find_last_of('/');
   cfg.model = a.get("--served-model", slash == std::string::npos ? path : path.substr(slash + 1));
-  const int32_t ctx = std::min(info.n_ctx_train > 0 ? info.n_ctx_train : 2048, 4096);
-  std::vector<HttpBenchJob> jobs(static_cast<size_t>(n_requests));
-  double t = 0;
-  for (HttpBenchJob& j : jobs) {
-    if (rate > 0) t += std::exponential_distribution<double>(rate)(rng);
-    j.at_s = t;
-    const int32_t pl = prompt_len.draw(rng, 1, ctx / 2);
-    j.max_tokens = output_len.draw(rng, 1, ctx - pl - 1);
-    j.prompt.push_back(info.bos_token >= 0 ? info.bos_token : 1);
-    for (int32_t k = 1; k < pl; ++k) j.prompt.push_back(static_cast<int32_t>(3 + rng() % (info.n_vocab - 3)));
-  }
+  const std::vector<BenchJob> jobs = draw_workload(info, rate, prompt_len, output_len, rng, n_requests);
   std::vector<HttpBenchOutcome> out;
   const auto start = std::chrono::steady_clock::now();
   http_bench()(cfg, jobs, out);
@@ -147,24 +179,17 @@ int bench_serve_url(const Args& a, const std::string& policy, double rate, const
   const double tok_s = generated / elapsed, req_s = n_requests / elapsed;
   if (a.flag("--json")) {
     std::printf("{\"url\": \"%s\", \"concurrency\": %d, \"requests\": %d, \"rate\": %s, \"duration_s\": %s, "
-                "\"generated_tokens\": %lld, \"generated_tokens_per_s\": %s, \"requests_per_s\": %s, "
-                "\"ttft_ms_p50\": %s, \"ttft_ms_p90\": %s, \"ttft_ms_p99\": %s, \"tpot_ms_p50\": %s, "
-                "\"tpot_ms_p90\": %s, \"tpot_ms_p99\": %s, \"e2e_ms_p50\": %s, \"e2e_ms_p99\": %s, "
+                "\"generated_tokens\": %lld, \"generated_tokens_per_s\": %s, \"requests_per_s\": %s, %s, "
                 "\"requests_ok\": %d, \"requests_short\": %d, \"requests_failed\": %d, \"requests_lost\": %d, "
                 "\"errors\": %d}\n",
                 json_escape(cfg.url).c_str(), cfg.concurrency, n_requests, num(rate).c_str(), num(elapsed).c_str(),
-                generated, num(tok_s).c_str(), num(req_s).c_str(), num(percentile(ttft, 50)).c_str(),
-                num(percentile(ttft, 90)).c_str(), num(percentile(ttft, 99)).c_str(), num(percentile(tpot, 50)).c_str(),
-                num(percentile(tpot, 90)).c_str(), num(percentile(tpot, 99)).c_str(), num(percentile(e2e, 50)).c_str(),
-                num(percentile(e2e, 99)).c_str(), ok, short_, failed, lost, failed + lost);
+                generated, num(tok_s).c_str(), num(req_s).c_str(), latency_json(ttft, tpot, e2e).c_str(), ok, short_,
+                failed, lost, failed + lost);
   } else {
     std::printf("%s: %d requests at %.2f/s, %d in flight at most, in %.2f s (%d ok, %d short, %d failed, %d lost)\n",
                 cfg.url.c_str(), n_requests, rate, cfg.concurrency, elapsed, ok, short_, failed, lost);
     std::printf("  generated %lld tokens: %.1f tok/s, %.2f req/s\n", generated, tok_s, req_s);
-    std::printf("  TTFT ms p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 50), percentile(ttft, 90),
-                percentile(ttft, 99));
-    std::printf("  TPOT ms p50 %.2f  p90 %.2f  p99 %.2f\n", percentile(tpot, 50), percentile(tpot, 90),
-                percentile(tpot, 99));
+    print_latency(ttft, tpot);
   }
   if (!first_problem.empty()) std::fprintf(stderr, "bench-serve: first problem: %s\n", first_problem.c_str());
   return failed + lost ? 1 : 0;
@@ -225,29 +250,14 @@ int cmd_bench_serve(int argc, char** argv) {
         step_log.f, INFER_LOG_DEBUG);
   }
 
-  // The workload, drawn up front so every policy sees the same one.
-  const int32_t ctx = std::min(info.n_ctx_train > 0 ? info.n_ctx_train : 2048, 4096);
-  struct Job {
-    double at_s;
-    std::vector<int32_t> prompt;
-    int32_t max_tokens;
-    infer_request* req = nullptr;
-  };
-  std::vector<Job> jobs(n_requests);
-  double t = 0;
-  for (Job& j : jobs) {
-    if (rate > 0) t += std::exponential_distribution<double>(rate)(rng);
-    j.at_s = t;
-    const int32_t pl = prompt_len.draw(rng, 1, ctx / 2);
-    j.max_tokens = output_len.draw(rng, 1, ctx - pl - 1);
-    j.prompt.push_back(info.bos_token >= 0 ? info.bos_token : 1);
-    for (int32_t k = 1; k < pl; ++k) j.prompt.push_back(static_cast<int32_t>(3 + rng() % (info.n_vocab - 3)));
-  }
+  const std::vector<BenchJob> jobs = draw_workload(info, rate, prompt_len, output_len, rng, n_requests);
+  std::vector<infer_request*> reqs(jobs.size(), nullptr);
 
   check(infer_engine_start(engine.e), "starting the engine thread");
   const int64_t concurrency = a.get_int("--concurrency", 0, 1, 65536);
   const auto start = std::chrono::steady_clock::now();
-  auto submit = [&](Job& j) {
+  auto submit = [&](size_t i) {
+    const BenchJob& j = jobs[i];
     infer_request_params rp;
     infer_request_params_init(&rp);
     rp.prompt_tokens = j.prompt.data();
@@ -258,7 +268,7 @@ int cmd_bench_serve(int argc, char** argv) {
     infer_sampling_params_init(&sp);
     sp.temperature = 0;
     rp.sampling = &sp;
-    check(infer_submit(engine.e, &rp, &j.req), "submitting");
+    check(infer_submit(engine.e, &rp, &reqs[i]), "submitting");
   };
   if (concurrency > 0) {
     // A closed loop: `concurrency` clients, each waiting for its request's
@@ -273,10 +283,10 @@ int cmd_bench_serve(int argc, char** argv) {
         int32_t toks[256];
         for (size_t i; !failed && (i = next.fetch_add(1)) < jobs.size();) {
           std::this_thread::sleep_until(start + std::chrono::duration<double>(jobs[i].at_s));
-          submit(jobs[i]);
+          submit(i);
           for (int32_t fin = 0; !fin;) {
             size_t n = 0;
-            check(infer_request_next_tokens(jobs[i].req, 1000, toks, 256, &n, &fin), "waiting for tokens");
+            check(infer_request_next_tokens(reqs[i], 1000, toks, 256, &n, &fin), "waiting for tokens");
           }
         }
       } catch (const ApiError& e) {
@@ -290,9 +300,9 @@ int cmd_bench_serve(int argc, char** argv) {
     for (std::thread& t : clients) t.join();
     if (failed) throw ApiError{failure};
   } else {
-    for (Job& j : jobs) {
-      std::this_thread::sleep_until(start + std::chrono::duration<double>(j.at_s));
-      submit(j);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      std::this_thread::sleep_until(start + std::chrono::duration<double>(jobs[i].at_s));
+      submit(i);
     }
   }
   check(infer_engine_wait_idle(engine.e), "waiting");
@@ -302,41 +312,34 @@ int cmd_bench_serve(int argc, char** argv) {
   std::vector<double> ttft, tpot, e2e;
   long long generated = 0;
   int errors = 0;
-  for (Job& j : jobs) {
+  for (infer_request* req : reqs) {
     infer_request_stats s;
     infer_request_stats_init(&s);
-    check(infer_request_get_stats(j.req, &s), "reading stats");
+    check(infer_request_get_stats(req, &s), "reading stats");
     if (s.finish_reason == INFER_FINISH_ERROR) ++errors;
     generated += s.n_generated_tokens;
     ttft.push_back(s.ttft_ms);
     if (s.n_generated_tokens > 1) tpot.push_back(s.tpot_ms);
     e2e.push_back(s.total_ms);
-    infer_request_free(j.req);
+    infer_request_free(req);
   }
   infer_engine_stats es;
   infer_engine_stats_init(&es);
   check(infer_engine_get_stats(engine.e, &es), "reading engine stats");
   const double tok_s = generated / elapsed, req_s = n_requests / elapsed;
   if (a.flag("--json")) {
-    std::printf("{\"policy\": \"%s\", \"concurrency\": %lld, \"requests\": %d, \"rate\": %s, \"duration_s\": %s, \"generated_tokens\": %lld, "
-                "\"generated_tokens_per_s\": %s, \"requests_per_s\": %s, \"ttft_ms_p50\": %s, \"ttft_ms_p90\": %s, "
-                "\"ttft_ms_p99\": %s, \"tpot_ms_p50\": %s, \"tpot_ms_p90\": %s, \"tpot_ms_p99\": %s, "
-                "\"e2e_ms_p50\": %s, \"e2e_ms_p99\": %s, \"preemptions\": %llu, \"steps\": %llu, "
-                "\"tokens_per_step\": %s, \"errors\": %d}\n",
-                policy.c_str(), (long long)concurrency, n_requests, num(rate).c_str(), num(elapsed).c_str(), generated, num(tok_s).c_str(),
-                num(req_s).c_str(), num(percentile(ttft, 50)).c_str(), num(percentile(ttft, 90)).c_str(),
-                num(percentile(ttft, 99)).c_str(), num(percentile(tpot, 50)).c_str(), num(percentile(tpot, 90)).c_str(),
-                num(percentile(tpot, 99)).c_str(), num(percentile(e2e, 50)).c_str(), num(percentile(e2e, 99)).c_str(),
+    std::printf("{\"policy\": \"%s\", \"concurrency\": %lld, \"requests\": %d, \"rate\": %s, \"duration_s\": %s, "
+                "\"generated_tokens\": %lld, \"generated_tokens_per_s\": %s, \"requests_per_s\": %s, %s, "
+                "\"preemptions\": %llu, \"steps\": %llu, \"tokens_per_step\": %s, \"errors\": %d}\n",
+                policy.c_str(), (long long)concurrency, n_requests, num(rate).c_str(), num(elapsed).c_str(), generated,
+                num(tok_s).c_str(), num(req_s).c_str(), latency_json(ttft, tpot, e2e).c_str(),
                 (unsigned long long)es.n_preemptions, (unsigned long long)es.n_steps,
                 num(es.n_steps ? double(es.n_prompt_tokens + es.n_generated_tokens) / es.n_steps : 0).c_str(), errors);
   } else {
     std::printf("policy %s: %d requests at %.2f/s in %.2f s (%d errors, %llu preemptions)\n", policy.c_str(),
                 n_requests, rate, elapsed, errors, (unsigned long long)es.n_preemptions);
     std::printf("  generated %lld tokens: %.1f tok/s, %.2f req/s\n", generated, tok_s, req_s);
-    std::printf("  TTFT ms p50 %.1f  p90 %.1f  p99 %.1f\n", percentile(ttft, 50), percentile(ttft, 90),
-                percentile(ttft, 99));
-    std::printf("  TPOT ms p50 %.2f  p90 %.2f  p99 %.2f\n", percentile(tpot, 50), percentile(tpot, 90),
-                percentile(tpot, 99));
+    print_latency(ttft, tpot);
   }
   return errors ? 1 : 0;
 }

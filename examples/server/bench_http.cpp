@@ -37,7 +37,7 @@ std::pair<std::string, std::string> split_url(const std::string& url) {
   return {base, path};
 }
 
-std::string request_body(const HttpBenchConfig& cfg, const HttpBenchJob& j) {
+std::string request_body(const HttpBenchConfig& cfg, const BenchJob& j) {
   std::string b = "{\"model\":\"" + cfg.model + "\",\"prompt\":[";
   for (size_t i = 0; i < j.prompt.size(); ++i) {
     if (i) b += ',';
@@ -61,7 +61,7 @@ int64_t int_after(const std::string& text, const char* key) {
 }
 
 HttpBenchOutcome run_one(httplib::Client& client, const std::string& path, const HttpBenchConfig& cfg,
-                         const HttpBenchJob& job) {
+                         const BenchJob& job) {
   HttpBenchOutcome out;
   const std::string body = request_body(cfg, job);
   httplib::Request req;
@@ -131,7 +131,7 @@ HttpBenchOutcome run_one(httplib::Client& client, const std::string& path, const
   return out;
 }
 
-void bench_http(const HttpBenchConfig& cfg, const std::vector<HttpBenchJob>& jobs, std::vector<HttpBenchOutcome>& out) {
+void bench_http(const HttpBenchConfig& cfg, const std::vector<BenchJob>& jobs, std::vector<HttpBenchOutcome>& out) {
   const auto [base, path] = split_url(cfg.url);
   out.assign(jobs.size(), HttpBenchOutcome{});
   std::atomic<size_t> next{0};
