@@ -22,10 +22,8 @@ issue's 10% is measured on a quiet machine and written in bench/RESULTS.md).
 Prints SKIPPED: without ../shared's stories260K.
 """
 import argparse
-import http.client
 import json
 import os
-import random
 import re
 import subprocess
 import sys

@@ -137,10 +137,9 @@ const FlagTable kBenchServeFlags = kModelFlags + FlagTable{
 // bench-serve --url: the workload over HTTP (examples/server/bench_http.cpp).
 // The model file is opened for its vocabulary only (the token ids of the
 // prompts); the engine flags do not apply, the server has its own.
-int bench_serve_url(const Args& a, const std::string& policy, double rate, const Dist& prompt_len,
+int bench_serve_url(const Args& a, double rate, const Dist& prompt_len,
                     const Dist& output_len, std::mt19937_64& rng, int32_t n_requests) {
   if (!http_bench()) throw UsageError{"--url: this infer was built without the HTTP client (libcpp-httplib-dev)"};
-  (void)policy;
   const std::string path = model_path(a);
   Model model(path, backend_flag(a), /*vocab_only=*/true);
   infer_model_info info;
@@ -208,7 +207,7 @@ int cmd_bench_serve(int argc, char** argv) {
 
   if (policy != "continuous" && policy != "static" && policy != "dynamic")
     throw UsageError{"--policy must be static, dynamic or continuous"};
-  if (a.has("--url")) return bench_serve_url(a, policy, rate, prompt_len, output_len, rng, n_requests);
+  if (a.has("--url")) return bench_serve_url(a, rate, prompt_len, output_len, rng, n_requests);
   for (const char* f : {"--api-key", "--served-model"})
     if (a.has(f)) throw UsageError{std::string(f) + " needs --url"};
   (void)backend_flag(a);

@@ -38,7 +38,7 @@ std::pair<std::string, std::string> split_url(const std::string& url) {
 }
 
 std::string request_body(const HttpBenchConfig& cfg, const BenchJob& j) {
-  std::string b = "{\"model\":\"" + cfg.model + "\",\"prompt\":[";
+  std::string b = "{\"model\":\"" + json_escape(cfg.model) + "\",\"prompt\":[";
   for (size_t i = 0; i < j.prompt.size(); ++i) {
     if (i) b += ',';
     b += std::to_string(j.prompt[i]);

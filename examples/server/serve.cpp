@@ -114,7 +114,6 @@ void send_request_error(httplib::Response& res, const serve::RequestError& e) {
   res.set_content(serve::error_body(e), "application/json");
 }
 
-
 // Whether the request carries the server's API key (always, when none is
 // set): "Authorization: Bearer KEY" or "x-api-key: KEY", compared in
 // constant time.
@@ -127,6 +126,7 @@ bool key_accepted(const Server& s, const httplib::Request& req) {
   for (size_t i = 0; i < s.api_key.size(); ++i) diff |= static_cast<unsigned>(i < given.size() ? given[i] ^ s.api_key[i] : 1);
   return diff == 0;
 }
+
 // A C API failure as an HTTP error: the caller's fault is a 400, running
 // out of room a 503, anything else a 500.
 void send_status_error(httplib::Response& res, infer_status st, const std::string& what) {
