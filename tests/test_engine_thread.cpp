@@ -191,3 +191,100 @@ TEST_CASE("C API: background thread, submit from threads, poll with timeouts", "
   infer_engine_free(engine);
   infer_model_free(model);
 }
+
+namespace {
+// Slows each token down so that a request lasts long enough to be waited on.
+int32_t slow_token(infer_request*, int32_t, const char*, size_t, void* user_data) {
+  static_cast<std::atomic<int>*>(user_data)->fetch_add(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return 0;  // go on
+}
+}  // namespace
+
+TEST_CASE("C API: infer_request_wait waits for the end, times out, and leaves the read positions alone",
+          "[engine][thread][capi]") {
+  const std::string path = infer_test::shared_file("models/stories260K.gguf");
+  if (path.empty()) {
+    WARN("SKIPPED: models/stories260K.gguf not found");
+    return;
+  }
+  infer_model* model = nullptr;
+  REQUIRE(infer_model_load(path.c_str(), nullptr, &model) == INFER_OK);
+  infer_engine* engine = nullptr;
+  REQUIRE(infer_engine_create(model, nullptr, &engine) == INFER_OK);
+  REQUIRE(infer_engine_start(engine) == INFER_OK);
+
+  int32_t fin = 7;
+  REQUIRE(infer_request_wait(nullptr, 0, &fin) == INFER_ERR_INVALID_ARGUMENT);
+  REQUIRE(fin == 0);
+
+  std::atomic<int> seen{0};
+  infer_request_params rp;
+  infer_request_params_init(&rp);
+  rp.prompt = "Once upon a time";
+  rp.max_tokens = 40;  // about 80 ms at 2 ms a token
+  rp.ignore_eos = 1;
+  rp.on_token = slow_token;
+  rp.user_data = &seen;
+  infer_request* req = nullptr;
+  REQUIRE(infer_submit(engine, &rp, &req) == INFER_OK);
+  REQUIRE(infer_request_wait(req, 0, nullptr) == INFER_ERR_INVALID_ARGUMENT);
+
+  // A short wait ends unfinished (generation takes at least 80 ms).
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(infer_request_wait(req, 10, &fin) == INFER_OK);
+  const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(fin == 0);
+  CHECK(waited_ms >= 9.0);  // it did wait (not woken by the tokens made meanwhile)
+  CHECK(seen.load() < 40);
+
+  // Without a limit it returns once, at the end, with every token made.
+  REQUIRE(infer_request_wait(req, -1, &fin) == INFER_OK);
+  CHECK(fin == 1);
+  CHECK(seen.load() == 40);
+  infer_request_stats st;
+  infer_request_stats_init(&st);
+  REQUIRE(infer_request_get_stats(req, &st) == INFER_OK);
+  CHECK(st.finish_reason == INFER_FINISH_LENGTH);
+  // The readers' positions did not move: every token and all the text remain.
+  int32_t toks[64];
+  size_t nt = 0;
+  int32_t tfin = 0;
+  REQUIRE(infer_request_next_tokens(req, 0, toks, 64, &nt, &tfin) == INFER_OK);
+  CHECK(nt == 40);
+  CHECK(tfin == 1);
+  char buf[1024];
+  size_t nb = 0;
+  REQUIRE(infer_request_next_text(req, 0, buf, sizeof buf, &nb, &tfin) == INFER_OK);
+  CHECK(nb > 0);
+  CHECK(tfin == 1);
+  // Finished: returns at once, again.
+  REQUIRE(infer_request_wait(req, -1, &fin) == INFER_OK);
+  CHECK(fin == 1);
+  infer_request_free(req);
+
+  // A reader waiting for tokens is still woken by each one while another
+  // thread waits for the end of the same request.
+  rp.max_tokens = 30;
+  seen = 0;
+  REQUIRE(infer_submit(engine, &rp, &req) == INFER_OK);
+  std::atomic<int32_t> end_fin{0};
+  std::thread ender([&] {
+    int32_t f = 0;
+    infer_request_wait(req, -1, &f);
+    end_fin = f;
+  });
+  int reads = 0;
+  for (int32_t f = 0; !f;) {
+    size_t n = 0;
+    REQUIRE(infer_request_next_tokens(req, 1000, toks, 64, &n, &f) == INFER_OK);
+    reads += n > 0;
+  }
+  ender.join();
+  CHECK(end_fin.load() == 1);
+  CHECK(reads > 5);  // tokens arrived as they were made, not all at the end
+  infer_request_free(req);
+
+  infer_engine_free(engine);
+  infer_model_free(model);
+}

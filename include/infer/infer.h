@@ -63,7 +63,7 @@ extern "C" {
 /* ---- version ------------------------------------------------------------ */
 
 #define INFER_VERSION_MAJOR 1
-#define INFER_VERSION_MINOR 1
+#define INFER_VERSION_MINOR 3
 #define INFER_VERSION_PATCH 0
 #define INFER_VERSION_NUMBER (INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH)
 
@@ -577,6 +577,13 @@ INFER_API infer_status infer_request_next_tokens(infer_request *request, int32_t
  * *n_bytes = the buf_size it needs (at most 5), nothing consumed. */
 INFER_API infer_status infer_request_next_text(infer_request *request, int32_t timeout_ms, char *buf,
                                                size_t buf_size, size_t *n_bytes, int32_t *finished);
+/* Since 1.3. Waits up to timeout_ms (< 0: no limit; 0: just look) for the
+ * request to finish, without waking for each token (a reader that only needs
+ * the end, or one holding streamed text back for a while, costs the engine no
+ * wake-up per token). *finished is 1 once it has finished (its tokens and
+ * text may not have been read yet: next_tokens / next_text still return
+ * them). A timeout is not an error. Does not move either read position. */
+INFER_API infer_status infer_request_wait(const infer_request *request, int32_t timeout_ms, int32_t *finished);
 
 /* ---- one-call convenience ---------------------------------------------------------------- */
 

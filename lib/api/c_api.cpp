@@ -824,6 +824,15 @@ infer_status infer_request_next_text(infer_request* request, int32_t timeout_ms,
   });
 }
 
+infer_status infer_request_wait(const infer_request* request, int32_t timeout_ms, int32_t* finished) {
+  if (finished) *finished = 0;
+  INFER_CHECK_ARG(request && finished, "infer_request_wait: NULL argument");
+  return guarded([&] {
+    *finished = request->req->wait_finished(timeout_ms) ? 1 : 0;
+    return INFER_OK;
+  });
+}
+
 void infer_engine_stats_init(infer_engine_stats* s) {
   if (!s) return;
   std::memset(s, 0, sizeof *s);

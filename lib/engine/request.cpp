@@ -27,18 +27,34 @@ void Request::finish(FinishReason reason, Status status, std::string message) {
     status_ = status;
     error_ = std::move(message);
     times_.finish = Clock::now();
+    notify_at_ = SIZE_MAX;
   }
   cv_.notify_all();
 }
 
+void Request::wait_count(std::unique_lock<std::mutex>& lock, size_t count, int32_t timeout_ms) const {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  while (finish_ == FinishReason::None && static_cast<size_t>(n_generated()) < count && timeout_ms != 0) {
+    // Register (again: a notify resets it, and another waiter may have
+    // needed fewer tokens), then sleep.
+    notify_at_ = std::min(notify_at_, count);
+    if (timeout_ms < 0) {
+      cv_.wait(lock);
+    } else if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      break;
+    }
+  }
+}
+
 void Request::wait_for(size_t seen, int32_t timeout_ms) const {
   std::unique_lock<std::mutex> lock(mu_);
-  auto ready = [&] { return finish_ != FinishReason::None || static_cast<size_t>(n_generated()) > seen; };
-  if (timeout_ms < 0) {
-    cv_.wait(lock, ready);
-  } else {
-    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
-  }
+  wait_count(lock, seen + 1, timeout_ms);
+}
+
+bool Request::wait_finished(int32_t timeout_ms) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_count(lock, SIZE_MAX, timeout_ms);
+  return finish_ != FinishReason::None;
 }
 
 std::string Request::flush_text() {
@@ -119,8 +135,11 @@ bool Request::accept_token(int32_t token, bool is_eog, bool at_length_limit) {
       text_ += released;
     }
   }
+  // Wake the readers only when one waits for this many tokens.
+  const bool wake = static_cast<size_t>(n_generated()) >= notify_at_;
+  if (wake) notify_at_ = SIZE_MAX;
   lock.unlock();
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   // The callback runs without the lock: it may read the request's state.
   if (params_.on_token && !params_.on_token(token, released)) {
     finish(done ? reason : FinishReason::Cancelled);

@@ -88,6 +88,9 @@ class Request {
   // Waits until more than `seen` tokens were generated or the request
   // finished, at most timeout_ms (< 0: no limit). Takes the lock itself.
   void wait_for(size_t seen, int32_t timeout_ms) const;
+  // Waits until the request finished, at most timeout_ms (< 0: no limit);
+  // not woken by each token. Returns finished().
+  bool wait_finished(int32_t timeout_ms) const;
   // Replaces the token callback (before the request starts).
   void set_callback(TokenCallback cb) { params_.on_token = std::move(cb); }
 
@@ -118,6 +121,8 @@ class Request {
   }
 
  private:
+  // Waits (lock held) until n_generated() >= count or finished().
+  void wait_count(std::unique_lock<std::mutex>& lock, size_t count, int32_t timeout_ms) const;
   // Emits held-back text (end of the request).
   std::string flush_text();
 
@@ -143,6 +148,11 @@ class Request {
   std::atomic<bool> cancel_{false};
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
+  // The fewest generated tokens a waiter on cv_ needs (under mu_): a token
+  // notifies only when it reaches this, so a reader that waits for the end
+  // (or a streaming reader that is not waiting) costs the engine no wake-up
+  // per token. Reset to "none" by the notify; waiters register again.
+  mutable size_t notify_at_ = SIZE_MAX;
   RequestTimes times_;
 };
 

@@ -860,14 +860,16 @@ class Request:
             raise _ERRORS.get(st.status, InferError)(int(st.status), msg, "request")
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Waits until the request finished; False on a timeout."""
+        """Waits until the request finished; False on a timeout. Reads nothing:
+        next_tokens / next_text / stream still return every token and all the text."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = self._POLL_MS / 1000
             if deadline is not None:
                 wait = min(wait, max(0.0, deadline - time.monotonic()))
-            _, finished = self.next_tokens(wait, capacity=1024)
-            if finished:
+            fin = c_int32(0)
+            _check(self._c("infer_request_wait", int(wait * 1000), byref(fin)), "infer_request_wait")
+            if fin.value:
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False

@@ -172,6 +172,7 @@ _PROTOTYPES = {
                                        POINTER(c_int32)]),
     "infer_request_next_text": (_S, [_H, c_int32, c_char_p, c_size_t, POINTER(c_size_t),
                                      POINTER(c_int32)]),
+    "infer_request_wait": (_S, [_H, c_int32, POINTER(c_int32)]),
     "infer_generate": (_S, [_H, c_char_p, POINTER(SamplingParams), c_int32, POINTER(c_void_p)]),
     "infer_chat_template_count": (c_int32, []),
     "infer_chat_template_name": (c_char_p, [c_int32]),

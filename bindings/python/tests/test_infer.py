@@ -159,6 +159,17 @@ def test_stream_timeout_cancels(model):
     req.close()
 
 
+def test_wait_reads_nothing(model):
+    # wait() only waits: the tokens and the text are still there to read.
+    req = model.engine.submit(PROMPT, max_tokens=24, temperature=0, ignore_eos=True)
+    assert req.wait(10)
+    tokens, finished = req.next_tokens(0, capacity=64)
+    assert len(tokens) == 24 and finished
+    assert "".join(req.stream(timeout=10)) == req.text
+    assert req.wait(0)  # finished: at once
+    req.close()
+
+
 def test_many_prompts_at_once(model):
     prompts = [f"{PROMPT} {w}" for w in ("a cat", "a dog", "a bird", "a king", "Tim", "Sue",
                                          "the sun", "a tree", "a boat", "the sea", "a cake",

@@ -8,7 +8,7 @@
 use std::os::raw::{c_char, c_double, c_float, c_void};
 
 pub const INFER_VERSION_MAJOR: u32 = 1;
-pub const INFER_VERSION_MINOR: u32 = 1;
+pub const INFER_VERSION_MINOR: u32 = 3;
 pub const INFER_VERSION_PATCH: u32 = 0;
 pub const INFER_VERSION_NUMBER: u32 =
     INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH;
@@ -535,6 +535,8 @@ extern "C" {
         n_bytes: *mut usize,
         finished: *mut i32,
     ) -> infer_status;
+    /// Since 1.3.
+    pub fn infer_request_wait(request: *const infer_request, timeout_ms: i32, finished: *mut i32) -> infer_status;
 
     pub fn infer_generate(
         model: *const infer_model,
