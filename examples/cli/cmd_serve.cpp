@@ -270,8 +270,8 @@ int cmd_bench_serve(int argc, char** argv) {
     check(infer_submit(engine.e, &rp, &reqs[i]), "submitting");
   };
   if (concurrency > 0) {
-    // A closed loop: `concurrency` clients, each waiting for its request's
-    // last token (as a server's handler thread does) before taking the next
+    // A closed loop: `concurrency` clients, each waiting for its request to
+    // end (infer_request_wait: no wake-up per token) before taking the next
     // job, so at most that many requests are in flight (as with --url).
     std::atomic<size_t> next{0};
     std::atomic<bool> failed{false};
@@ -279,14 +279,10 @@ int cmd_bench_serve(int argc, char** argv) {
     std::mutex failure_mu;
     auto client = [&] {
       try {
-        int32_t toks[256];
         for (size_t i; !failed && (i = next.fetch_add(1)) < jobs.size();) {
           std::this_thread::sleep_until(start + std::chrono::duration<double>(jobs[i].at_s));
           submit(i);
-          for (int32_t fin = 0; !fin;) {
-            size_t n = 0;
-            check(infer_request_next_tokens(reqs[i], 1000, toks, 256, &n, &fin), "waiting for tokens");
-          }
+          for (int32_t fin = 0; !fin;) check(infer_request_wait(reqs[i], 1000, &fin), "waiting for the request");
         }
       } catch (const ApiError& e) {
         std::lock_guard<std::mutex> lock(failure_mu);

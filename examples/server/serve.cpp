@@ -137,10 +137,17 @@ void send_status_error(httplib::Response& res, infer_status st, const std::strin
   else send_error(res, 500, msg, "server_error", infer_status_string(st));
 }
 
-std::string random_id(const char* prefix) {
+// One generator a handler thread, seeded once (std::random_device opens
+// /dev/urandom each time it is made).
+std::mt19937_64& thread_rng() {
   static thread_local std::mt19937_64 rng(std::random_device{}() ^ std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  return rng;
+}
+
+std::string random_id(const char* prefix) {
   static const char* hex = "0123456789abcdef";
   std::string s = prefix;
+  std::mt19937_64& rng = thread_rng();
   for (int i = 0; i < 24; ++i) s += hex[rng() & 15];
   return s;
 }
@@ -151,7 +158,35 @@ std::string random_id(const char* prefix) {
 // address among the process's sockets, once per request. Then a client that
 // closed its end (POLLRDHUP/POLLHUP) is seen at once, even while nothing is
 // written to it (a non-streamed reply).
+// Whether fd is a socket whose peer is host:port.
+bool peer_is(int fd, const std::string& host_want, int port_want) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
+  char host[INET6_ADDRSTRLEN] = {0};
+  int port = -1;
+  if (ss.ss_family == AF_INET) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    port = ntohs(a->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+    port = ntohs(a->sin6_port);
+  } else {
+    return false;
+  }
+  return port == port_want && host_want == host;
+}
+
 int find_client_socket(const httplib::Request& req) {
+  // httplib serves a keep-alive connection's requests on one pool thread:
+  // the socket found for the previous request is checked first (one
+  // getpeername rather than a walk over every descriptor). A peer address
+  // names one live connection, so a match is the right socket.
+  static thread_local int last_fd = -1;
+  if (last_fd >= 0 && peer_is(last_fd, req.remote_addr, req.remote_port)) return last_fd;
+  last_fd = -1;
   DIR* d = opendir("/proc/self/fd");
   if (!d) return -1;
   int found = -1;
@@ -159,28 +194,13 @@ int find_client_socket(const httplib::Request& req) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
     if (*end || fd < 0) continue;
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&ss), &len) != 0) continue;
-    char host[INET6_ADDRSTRLEN] = {0};
-    int port = -1;
-    if (ss.ss_family == AF_INET) {
-      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-      inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-      port = ntohs(a->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-      port = ntohs(a->sin6_port);
-    } else {
-      continue;
-    }
-    if (port == req.remote_port && req.remote_addr == host) {
+    if (peer_is(static_cast<int>(fd), req.remote_addr, req.remote_port)) {
       found = static_cast<int>(fd);
       break;
     }
   }
   closedir(d);
+  last_fd = found;
   return found;
 }
 
@@ -259,12 +279,20 @@ PumpEnd pump(Job& job, Emit&& emit) {
         holding = true;
         due = std::min(due, c.last_emit + interval);
       }
-    // While holding text, sleep rather than wake on every token, but look
-    // again every millisecond: a request that finishes while its text is
-    // held must end its response at once (a closed-loop client waits for it
-    // to send its next request; sleeping the whole interval left the
+    // While holding text, wait for the due time without waking on every
+    // token, but not past the end of a request: one that finishes while its
+    // text is held ends its response at once (a closed-loop client waits for
+    // it to send its next request; sleeping the whole interval left the
     // sequence's slot idle for half an interval on average).
-    if (holding) std::this_thread::sleep_until(std::min(due, Clock::now() + std::chrono::milliseconds(1)));
+    if (holding) {
+      for (const Choice& c : job.choices) {
+        if (c.done) continue;
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(due - Clock::now()).count();
+        if (left <= 0) break;
+        int32_t fin = 0;
+        if (infer_request_wait(c.req, static_cast<int32_t>(std::min<int64_t>(left, 20)), &fin) != INFER_OK || fin) break;
+      }
+    }
     bool waited = holding, all_done = true;
     for (Choice& c : job.choices) {
       if (c.done) continue;
@@ -675,7 +703,7 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
   sp.presence_penalty = static_cast<float>(rq.presence_penalty.value_or(0.0));
   sp.frequency_penalty = static_cast<float>(rq.frequency_penalty.value_or(0.0));
   sp.repeat_penalty = static_cast<float>(rq.repetition_penalty.value_or(1.0));
-  sp.seed = rq.seed ? static_cast<uint64_t>(*rq.seed) : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+  sp.seed = rq.seed ? static_cast<uint64_t>(*rq.seed) : thread_rng()();
   std::vector<int32_t> bias_ids;
   std::vector<float> bias_values;
   for (const auto& [id, b] : rq.logit_bias) {
@@ -818,9 +846,21 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
         Server& srv = *job->srv;
         const bool chat = ep == serve::Endpoint::Chat;
         const bool usage = job->rq.include_usage;
+        // Events are collected in `out` and written together: one send per
+        // piece of text, and the last one (final chunks, usage, [DONE]) in
+        // one write, not four (each write on loopback wakes the client).
+        std::string out;
+        auto flush = [&] {
+          if (out.empty()) return true;
+          const bool ok = sink.is_writable() && sink.write(out.data(), out.size());
+          out.clear();
+          return ok;
+        };
         auto send = [&](const json& j) {
-          const std::string s = "data: " + dump(j) + "\n\n";
-          return sink.is_writable() && sink.write(s.data(), s.size());
+          out += "data: ";
+          out += dump(j);
+          out += "\n\n";
+          return true;
         };
         auto chunk = [&](json choice) {
           json j = {{"id", job->id},
@@ -883,8 +923,8 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
               e.type = "server_error";
               e.code = infer_status_string(c.stats.status);
               e.message = std::string("generation failed: ") + infer_request_error(c.req);
-              const std::string s = "data: " + serve::error_body(e) + "\n\n";
-              return sink.write(s.data(), s.size());
+              out += "data: " + serve::error_body(e) + "\n\n";
+              return flush();
             }
             json lp = nullptr;  // tokens not covered by a text delta (held back, or a stop string)
             if (job->rq.logprobs) {
@@ -894,9 +934,12 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
             const char* fr = c.n_tool_calls > 0 && c.stats.finish_reason == INFER_FINISH_STOP ? "tool_calls" : finish_reason(c.stats);
             json ch = chat ? json{{"index", c.index}, {"delta", json::object()}, {"logprobs", lp}, {"finish_reason", fr}}
                            : json{{"index", c.index}, {"text", ""}, {"logprobs", lp}, {"finish_reason", finish_reason(c.stats)}};
-            return chunk(ch);
+            chunk(ch);
+            // The last choice's end waits for the usage chunk and [DONE].
+            const bool last = std::all_of(job->choices.begin(), job->choices.end(), [](const Choice& o) { return o.done; });
+            return last || flush();
           }
-          return true;
+          return flush();
         });
         if (end == PumpEnd::ClientGone) {
           srv.metrics.on_request_ended(ep_name, "disconnected");
@@ -909,8 +952,7 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
           e.type = "server_error";
           e.code = "timeout";
           e.message = "the request took longer than --timeout";
-          const std::string s = "data: " + serve::error_body(e) + "\n\n";
-          sink.write(s.data(), s.size());
+          out += "data: " + serve::error_body(e) + "\n\n";
         } else if (usage) {
           json j = {{"id", job->id},
                     {"object", chat ? "chat.completion.chunk" : "text_completion"},
@@ -920,8 +962,8 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
                     {"usage", usage_json(*job)}};
           send(j);
         }
-        static const char done[] = "data: [DONE]\n\n";
-        sink.write(done, sizeof done - 1);
+        out += "data: [DONE]\n\n";
+        flush();
         sink.done();
         srv.metrics.on_request_ended(ep_name, end == PumpEnd::Timeout ? "timeout" : failed ? "error" : "ok");
         return true;
