@@ -1,24 +1,27 @@
 #!/usr/bin/env python3
 """A bounded load test of `infer serve` on loopback.
 
-    serve_load_test.py PATH_TO_INFER [--clients C] [--seconds T] [--prompt-len P] [--output-len O]
-                       [--model GGUF] [--stream-interval MS] [--json]
+    serve_load_test.py PATH_TO_INFER [--clients C] [--seconds T] [--rounds R] [--prompt-len P]
+                       [--output-len O] [--model GGUF] [--stream-interval MS] [--json]
 
 C streaming clients (`infer bench-serve --url`, a C++ client that checks
 every stream) send requests back to back (prompts of P random token ids after
 BOS, O tokens each with ignore_eos), as many as the in-process engine makes in
-about T seconds. Checks: every request completes with its usage chunk, [DONE]
-and exactly O tokens, or fails cleanly with an error body (none is lost); the
-server's resident memory stays flat between the first and the last third of
-the run (the server's context is P + O tokens a sequence, so its KV pool is
-all touched by the first wave); and the generated tokens per second compare
-with `infer bench-serve` in process at the same concurrency (a closed loop of
-C clients, --max-seqs C, same workload; run before and after the server, the
-mean of the two). The ratio must be at least $INFER_LOAD_MIN_RATIO (default
-0.5: a floor that a stalled or serialized server fails, and the server before
-TCP_NODELAY and stream coalescing (0.36 on stories260K) too, far enough below
-the measured ~0.9 that a machine shared with other jobs does not fail it; the
-issue's 10% is measured on a quiet machine and written in bench/RESULTS.md).
+about T seconds, in R rounds. Checks: every request completes with its usage
+chunk, [DONE] and exactly O tokens, or fails cleanly with an error body (none
+is lost); the server's resident memory stays flat between the first and the
+last third of the run (the server's context is P + O tokens a sequence, so
+its KV pool is all touched by the first wave); and the generated tokens per
+second compare with `infer bench-serve` in process at the same concurrency (a
+closed loop of C clients, --max-seqs C, same workload). The two alternate,
+round by round (in process, HTTP, HTTP, in process, ...: this machine's speed
+drifts by up to 2x within minutes, and a drift shifts both sides alike); the
+ratio is total tokens per total second over HTTP against the same in process.
+It must be at least $INFER_LOAD_MIN_RATIO (default 0.5: a floor that a
+stalled or serialized server fails, and the server before TCP_NODELAY and
+stream coalescing (0.36 on stories260K) too, far enough below the measured
+~0.9 that a machine shared with other jobs does not fail it; the issue's 10%
+is measured on a quiet machine and written in bench/RESULTS.md).
 Prints SKIPPED: without ../shared's stories260K.
 """
 import argparse
@@ -34,6 +37,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("infer")
 ap.add_argument("--clients", type=int, default=8)
 ap.add_argument("--seconds", type=float, default=15)
+ap.add_argument("--rounds", type=int, default=3)
 ap.add_argument("--prompt-len", type=int, default=32)
 ap.add_argument("--output-len", type=int, default=64)
 ap.add_argument("--model", default=None)
@@ -57,18 +61,15 @@ def bench_serve(n_req):
                          str(args.clients), "--concurrency", str(args.clients), "--prompt-len", str(args.prompt_len), "--output-len", str(args.output_len),
                          "-t", str(args.threads), "--json"], capture_output=True, text=True, timeout=600)
     bench = json.loads(bs.stdout.strip().splitlines()[-1]) if bs.returncode == 0 else {}
-    return bench.get("generated_tokens_per_s", 0.0), bs.stderr[-500:]
+    return bench, bs.stderr[-500:]
 
 
-# bench-serve runs before and after the server (the mean is the comparison), so
-# that a machine whose speed drifts during the run shifts both sides alike.
-# The first run's length: enough requests for about a quarter of the test time
-# is unknown before the server has run, so it uses the same rule as the second
-# (at least 4 waves of C requests); the second uses as many as the server did.
+# A short in-process run sizes the rounds: each side gets about T / R seconds
+# a round (at least 8 waves of C requests).
 calib, bench_err = bench_serve(args.clients * 16)
-n_requests = max(args.clients * 8, int(calib * args.seconds / args.output_len))
-bench_before, err_before = bench_serve(n_requests)
-bench_err = bench_err or err_before
+rounds = max(1, args.rounds)
+n_round = max(args.clients * 8, int(calib.get("generated_tokens_per_s", 0.0) * args.seconds / rounds / args.output_len))
+n_requests = n_round * rounds
 
 # The server's context per sequence is the test's P + O tokens, so its KV pool
 # (enough for C such sequences) is touched in full by the first wave of
@@ -105,37 +106,65 @@ def rss_kb():
 # connections sending the same workload over HTTP (a C++ client that checks
 # every stream for its usage chunk and [DONE]; Python clients cost as much CPU
 # per token as the server on a 2-core machine and measured themselves).
-stats = {}
 rss_samples = []
 
 
-def load():
-    r = subprocess.run([args.infer, "bench-serve", "-m", MODEL, "--url", f"http://127.0.0.1:{port}", "--requests", str(n_requests),
+def load(n):
+    r = subprocess.run([args.infer, "bench-serve", "-m", MODEL, "--url", f"http://127.0.0.1:{port}", "--requests", str(n),
                         "--rate", "0", "--concurrency", str(args.clients), "--prompt-len", str(args.prompt_len),
                         "--output-len", str(args.output_len), "--json"], capture_output=True, text=True, timeout=900)
-    stats["rc"] = r.returncode
-    stats["stderr"] = r.stderr[-800:]
+    st = {"rc": r.returncode, "stderr": r.stderr[-800:]}
     try:
-        stats.update(json.loads(r.stdout.strip().splitlines()[-1]))
+        st.update(json.loads(r.stdout.strip().splitlines()[-1]))
     except (ValueError, IndexError):
-        stats["stdout"] = r.stdout[-800:]
+        st["stdout"] = r.stdout[-800:]
+    return st
 
 
+def sample_rss():
+    while not done.is_set():
+        rss_samples.append((time.time() - t_start, rss_kb()))
+        time.sleep(0.25)
+
+
+def tokens_and_seconds(st):
+    return st.get("generated_tokens", 0), st.get("duration_s", 0.0)
+
+
+done = threading.Event()
 t_start = time.time()
-loader = threading.Thread(target=load)
-loader.start()
-while loader.is_alive():
-    rss_samples.append((time.time() - t_start, rss_kb()))
-    time.sleep(0.25)
+sampler = threading.Thread(target=sample_rss)
+sampler.start()
+http_runs, local_runs = [], []
+for r in range(rounds):
+    order = ["local", "http"] if r % 2 == 0 else ["http", "local"]
+    for side in order:
+        if side == "http":
+            http_runs.append(load(n_round))
+        else:
+            b, err = bench_serve(n_round)
+            bench_err = bench_err or (err if not b else "")
+            local_runs.append(b)
+done.set()
+sampler.join()
 elapsed = time.time() - t_start
-server_tok_s = stats.get("generated_tokens_per_s", 0.0)
 proc.terminate()
 proc.wait(30)
 
-bench_after, err_after = bench_serve(n_requests)
-bench_err = bench_err or err_after
-bench_tok_s = (bench_before + bench_after) / 2 if bench_before and bench_after else 0.0
+http_tok, http_s = map(sum, zip(*[tokens_and_seconds(st) for st in http_runs]))
+local_tok, local_s = map(sum, zip(*[tokens_and_seconds(b) for b in local_runs]))
+server_tok_s = http_tok / http_s if http_s else 0.0
+bench_tok_s = local_tok / local_s if local_s else 0.0
 ratio = server_tok_s / bench_tok_s if bench_tok_s else 0.0
+# A round whose client failed (no JSON) counts all its requests as lost.
+stats = {"rc": max(st.get("rc", 1) for st in http_runs), "requests_ok": sum(st.get("requests_ok", 0) for st in http_runs),
+         "requests_short": sum(st.get("requests_short", 0) for st in http_runs),
+         "requests_failed": sum(st.get("requests_failed", 0) for st in http_runs),
+         "requests_lost": sum(st.get("requests_lost", n_round) for st in http_runs)}
+for key in ("ttft_ms_p50", "tpot_ms_p50"):
+    stats[key] = sorted(st.get(key, 0) for st in http_runs)[len(http_runs) // 2]
+if stats["rc"] != 0:
+    stats["output"] = " | ".join(st.get("stderr", "") + st.get("stdout", "") for st in http_runs if st.get("rc"))
 
 third = [kb for t, kb in rss_samples if t < elapsed / 3 and t > 1]
 last = [kb for t, kb in rss_samples if t > 2 * elapsed / 3]
@@ -146,7 +175,8 @@ result = {"clients": args.clients, "seconds": round(elapsed, 2), "requests": n_r
           "requests_short": stats.get("requests_short"), "requests_failed_clean": stats.get("requests_failed"),
           "requests_lost": stats.get("requests_lost"), "ttft_ms_p50": stats.get("ttft_ms_p50"),
           "tpot_ms_p50": stats.get("tpot_ms_p50"), "server_tokens_per_s": round(server_tok_s, 1), "bench_serve_tokens_per_s": round(bench_tok_s, 1),
-          "bench_serve_before": round(bench_before, 1), "bench_serve_after": round(bench_after, 1),
+          "rounds": rounds, "server_rounds": [round(st.get("generated_tokens_per_s", 0.0), 1) for st in http_runs],
+          "bench_serve_rounds": [round(b.get("generated_tokens_per_s", 0.0), 1) for b in local_runs],
           "ratio": round(ratio, 3), "rss_first_third_mb": round((max(third) if third else 0) / 1024, 1),
           "rss_last_third_mb": round((max(last) if last else 0) / 1024, 1), "rss_growth_mb": round(growth_mb, 1)}
 if args.json:
