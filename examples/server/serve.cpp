@@ -1102,6 +1102,10 @@ int cmd_serve(int argc, char** argv) {
   http.set_read_timeout(std::chrono::duration<double>(read_timeout));
   http.set_write_timeout(std::chrono::seconds(30));
   http.set_keep_alive_timeout(5);
+  // httplib closes a keep-alive connection after 5 requests by default: a
+  // client sending requests back to back reconnected every fifth one (a new
+  // connection, a new pool task, the client socket searched for again).
+  http.set_keep_alive_max_count(100000);
   // Streamed events are small writes: without TCP_NODELAY, Nagle's algorithm
   // holds each one until the client's delayed ACK (about 40 ms on Linux), so
   // a stream arrived in bursts and TTFT read ~90 ms on loopback.
