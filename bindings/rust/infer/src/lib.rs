@@ -821,13 +821,9 @@ impl Request {
     /// Waits for the end and returns the whole text.
     pub fn wait_text(self) -> Result<String> {
         loop {
-            let mut n = 0usize;
+            // infer_request_wait: no wake-up per token while the request runs.
             let mut fin = 0i32;
-            let mut toks = [0i32; 256];
-            check(unsafe {
-                sys::infer_request_next_tokens(self.inner.raw, POLL.as_millis() as i32, toks.as_mut_ptr(),
-                                               toks.len(), &mut n, &mut fin)
-            })?;
+            check(unsafe { sys::infer_request_wait(self.inner.raw, POLL.as_millis() as i32, &mut fin) })?;
             if fin != 0 {
                 break;
             }
