@@ -154,10 +154,6 @@ std::string random_id(const char* prefix) {
 
 // ---- the client's connection ----
 
-// httplib 0.11 does not give a handler its socket; it is found by its peer
-// address among the process's sockets, once per request. Then a client that
-// closed its end (POLLRDHUP/POLLHUP) is seen at once, even while nothing is
-// written to it (a non-streamed reply).
 // Whether fd is a socket whose peer is host:port.
 bool peer_is(int fd, const std::string& host_want, int port_want) {
   sockaddr_storage ss{};
@@ -179,6 +175,10 @@ bool peer_is(int fd, const std::string& host_want, int port_want) {
   return port == port_want && host_want == host;
 }
 
+// httplib 0.11 does not give a handler its socket; it is found by its peer
+// address among the process's sockets, once per request. Then a client that
+// closed its end (POLLRDHUP/POLLHUP) is seen at once, even while nothing is
+// written to it (a non-streamed reply).
 int find_client_socket(const httplib::Request& req) {
   // httplib serves a keep-alive connection's requests on one pool thread:
   // the socket found for the previous request is checked first (one
