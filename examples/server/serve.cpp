@@ -856,11 +856,10 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
           out.clear();
           return ok;
         };
-        auto send = [&](const json& j) {
+        auto add_event = [&](const json& j) {
           out += "data: ";
           out += dump(j);
           out += "\n\n";
-          return true;
         };
         auto chunk = [&](json choice) {
           json j = {{"id", job->id},
@@ -870,15 +869,14 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
                     {"system_fingerprint", std::string("libinfer-") + infer_version()},
                     {"choices", json::array({std::move(choice)})}};
           if (usage) j["usage"] = nullptr;
-          return send(j);
+          add_event(j);
         };
         bool failed = false;
         const PumpEnd end = pump(*job, [&](Choice& c, const std::string& delta, bool fin) {
           if (chat && !c.started) {
             c.started = true;
-            if (!chunk({{"index", c.index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-                        {"finish_reason", nullptr}}))
-              return false;
+            chunk({{"index", c.index}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
+                   {"finish_reason", nullptr}});
           }
           if (c.tools) {
             // Function calling: text that may open a call is held until the
@@ -900,7 +898,7 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
               } else {
                 d = {{"content", ev.content}};
               }
-              if (!chunk(json{{"index", c.index}, {"delta", d}, {"logprobs", lp}, {"finish_reason", nullptr}})) return false;
+              chunk(json{{"index", c.index}, {"delta", d}, {"logprobs", lp}, {"finish_reason", nullptr}});
             }
             c.text_sent += delta.size();
           } else if (!delta.empty()) {
@@ -912,7 +910,7 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
             c.text_sent += delta.size();
             json ch = chat ? json{{"index", c.index}, {"delta", {{"content", delta}}}, {"logprobs", lp}, {"finish_reason", nullptr}}
                            : json{{"index", c.index}, {"text", delta}, {"logprobs", lp}, {"finish_reason", nullptr}};
-            if (!chunk(ch)) return false;
+            chunk(ch);
           }
           if (fin) {
             srv.metrics.on_finished(c.stats);
@@ -960,7 +958,7 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
                     {"model", model_name},
                     {"choices", json::array()},
                     {"usage", usage_json(*job)}};
-          send(j);
+          add_event(j);
         }
         out += "data: [DONE]\n\n";
         flush();
