@@ -271,6 +271,35 @@ void BM_Gemv(benchmark::State& state, DType t) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(one * mats.size()));
 }
 
+// A verify-like step: m rows (1 .. 8, a decode step or a speculative verify
+// of m - 1 drafted tokens) through ~768 MiB of weights, 2 threads: what m
+// rows cost against one when the weights come from memory.
+void BM_GemvRows(benchmark::State& state, DType t) {
+  const int64_t m = state.range(0);
+  const int64_t n_in = 2048, n_out = 5632;
+  const size_t one = (t == DType::W8A8 ? size_t(n_in) : dtype_row_bytes(t, n_in)) * n_out;
+  const size_t target = size_t(768) << 20;
+  std::vector<Matrix> mats;
+  mats.push_back(make_matrix(t, n_in, n_out));
+  while (mats.size() * one < target) {
+    Matrix c{t, n_in, n_out, mats[0].bytes, mats[0].scale};
+    mats.push_back(std::move(c));
+  }
+  ThreadPool pool(2);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(m * n_in)), y(static_cast<size_t>(m * n_out));
+  for (auto& v : x) v = nd(rng);
+  for (auto& mt : mats) cpu::matmul(pool, mt.view(), x.data(), m, y.data());  // repack outside the timing
+  for (auto _ : state) {
+    for (auto& mt : mats) cpu::matmul(pool, mt.view(), x.data(), m, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(one * mats.size()));
+}
+BENCHMARK_CAPTURE(BM_GemvRows, q4_0, DType::Q4_0)->DenseRange(1, 8)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GemvRows, q8_0, DType::Q8_0)->DenseRange(1, 8)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void gemm_body(benchmark::State& state, DType t, int64_t m, int threads) {
   const int64_t n_in = 2048, n_out = 5632;
   Matrix mat = make_matrix(t, n_in, n_out);
