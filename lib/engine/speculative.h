@@ -122,8 +122,10 @@ class DraftLength {
 // What a forward step costs by its number of rows, as measured on this
 // machine (exponential averages of the engine's own steps), and what one
 // drafted token costs the drafter. The verify step of K drafts has K + 1
-// rows; on CPUs whose kernels walk the weights once for up to 2 rows but
-// twice from 3 rows on, that cost is far from linear in K.
+// rows; where the weights come from memory a step of 2 rows costs about one
+// row's, and from 3 rows on the kernels become compute bound on AVX2 (int8
+// products with no VNNI: a 4-row step costs ~1.4 one-row steps on a Zen 3),
+// so that cost is far from linear in K and differs from machine to machine.
 class StepCosts {
  public:
   static constexpr int32_t kMaxRows = 64;
