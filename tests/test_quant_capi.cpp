@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "gguf/gguf.h"
 #include "infer/infer.h"
 #include "test_util.h"
 
@@ -122,4 +123,79 @@ TEST_CASE("C API: infer_synth, infer_quantize and infer_perplexity", "[quant][ca
   for (unsigned char b : tail) CHECK(b == 0xAB);
   infer_model_free(model);
   infer_model_free(base);
+}
+
+// llama-quantize's --output-tensor-type and --token-embedding-type: the head
+// and the embedding in their own formats, the other matrices in `type`; with
+// tied embeddings token_embd is the head and takes the output type.
+TEST_CASE("C API: infer_quantize gives the output head and the token embedding their own formats", "[quant][capi]") {
+  const std::string dir = infer_test::temp_dir();
+  const std::string untied = dir + "/capi-heads.gguf", tied = dir + "/capi-heads-tied.gguf";
+  infer_synth_params sp;
+  infer_synth_params_init(&sp);
+  sp.type = "f32";
+  sp.preset = "tiny";
+  REQUIRE(infer_synth(untied.c_str(), &sp, nullptr) == INFER_OK);
+  sp.preset = "tiny-llama3";  // tied embeddings
+  REQUIRE(infer_synth(tied.c_str(), &sp, nullptr) == INFER_OK);
+  auto types = [](const std::string& path) {
+    std::vector<std::pair<std::string, infer::DType>> out;
+    const auto f = infer::GgufFile::open(path);
+    for (const infer::GgufTensorInfo& t : f->tensors()) out.emplace_back(t.name, t.type);
+    return out;
+  };
+  auto type_of = [&](const std::string& path, const std::string& name) {
+    for (const auto& [n, t] : types(path))
+      if (n == name) return t;
+    FAIL("no tensor " << name << " in " << path);
+    return infer::DType::F32;
+  };
+
+  infer_quantize_params qp;
+  infer_quantize_params_init(&qp);
+  CHECK(qp.output_type == nullptr);
+  CHECK(qp.token_embedding_type == nullptr);
+  const std::string out = dir + "/capi-heads-q4.gguf";
+  qp.type = "q4_0";
+  qp.output_type = "q8_0";
+  qp.token_embedding_type = "f16";
+  REQUIRE(infer_quantize(untied.c_str(), out.c_str(), &qp, nullptr) == INFER_OK);
+  CHECK(type_of(out, "output.weight") == infer::DType::Q8_0);
+  CHECK(type_of(out, "token_embd.weight") == infer::DType::F16);
+  CHECK(type_of(out, "blk.0.attn_q.weight") == infer::DType::Q4_0);
+  CHECK(type_of(out, "blk.1.ffn_down.weight") == infer::DType::Q4_0);
+  infer_model* m = nullptr;
+  REQUIRE(infer_model_load(out.c_str(), nullptr, &m) == INFER_OK);  // the mixed file loads and runs
+  infer_perplexity_result r;
+  std::memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  REQUIRE(infer_perplexity(m, "once upon a time there was a model with a precise head", nullptr, &r) == INFER_OK);
+  CHECK(r.perplexity > 1);
+  infer_model_free(m);
+
+  // Tied: the output type goes to token_embd (the head), over the embedding type.
+  const std::string out_tied = dir + "/capi-heads-tied-q4.gguf";
+  REQUIRE(infer_quantize(tied.c_str(), out_tied.c_str(), &qp, nullptr) == INFER_OK);
+  CHECK(type_of(out_tied, "token_embd.weight") == infer::DType::Q8_0);
+  CHECK(type_of(out_tied, "blk.0.attn_q.weight") == infer::DType::Q4_0);
+  qp.output_type = nullptr;  // only the embedding type: token_embd takes it
+  REQUIRE(infer_quantize(tied.c_str(), out_tied.c_str(), &qp, nullptr) == INFER_OK);
+  CHECK(type_of(out_tied, "token_embd.weight") == infer::DType::F16);
+
+  // Unset (NULL), as an older caller's shorter struct leaves them: everything in `type`.
+  infer_quantize_params old = qp;
+  old.struct_size = offsetof(infer_quantize_params, output_type);
+  old.token_embedding_type = "f16";  // past the caller's struct: never read
+  REQUIRE(infer_quantize(untied.c_str(), out.c_str(), &old, nullptr) == INFER_OK);
+  CHECK(type_of(out, "output.weight") == infer::DType::Q4_0);
+  CHECK(type_of(out, "token_embd.weight") == infer::DType::Q4_0);
+
+  // Bad names are refused before anything is written.
+  qp.output_type = "q9_9";
+  CHECK(infer_quantize(untied.c_str(), out.c_str(), &qp, nullptr) == INFER_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(infer_last_error()).find("q9_9") != std::string::npos);
+  qp.output_type = "w8a8";  // GPTQ writes the head round-to-nearest in a block format
+  qp.method = INFER_QUANT_GPTQ;
+  qp.calib_text = "some calibration text for the tiny model, long enough to make a window or two of tokens";
+  CHECK(infer_quantize(untied.c_str(), out.c_str(), &qp, nullptr) == INFER_ERR_UNSUPPORTED);
 }

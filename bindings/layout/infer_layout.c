@@ -171,6 +171,8 @@ int main(void) {
   F(infer_quantize_params, progress);
   F(infer_quantize_params, note);
   F(infer_quantize_params, user_data);
+  F(infer_quantize_params, output_type);
+  F(infer_quantize_params, token_embedding_type);
   S(infer_quantize_result);
   F(infer_quantize_result, struct_size);
   F(infer_quantize_result, n_tensors);

@@ -48,6 +48,8 @@ const FlagTable kQuantizeFlags = {
     {"--method", "rtn|gptq|awq", "rtn", "how weights are rounded (gptq and awq need --calib)"},
     {"--calib", "FILE", nullptr, "calibration text for gptq / awq"},
     {"--group", "N", "128", "int4 group size: 32, 64 or 128"},
+    {"--output-tensor-type", "TYPE", "TYPE", "format of the output head (output.weight, or token_embd when tied)"},
+    {"--token-embedding-type", "TYPE", "TYPE", "format of the token embedding (token_embd.weight)"},
     {"-t, --threads", "N", "0 (all cores)", "threads"},
     {"--calib-ctx", "N", "256", "tokens per calibration window"},
     {"--calib-tokens", "N", "8192", "most calibration tokens"},
@@ -61,10 +63,13 @@ int cmd_quantize(int argc, char** argv) {
   const auto& pos = a.positionals();
   if (pos.size() != 3)
     throw UsageError{"usage: infer quantize IN.gguf OUT.gguf TYPE [--method rtn|gptq|awq] [--calib FILE] [--group N] "
-                     "[--threads N]"};
+                     "[--output-tensor-type TYPE] [--token-embedding-type TYPE] [--threads N]"};
   infer_quantize_params p;
   infer_quantize_params_init(&p);
   p.type = pos[2].c_str();
+  const std::string output_type = a.get("--output-tensor-type", ""), embd_type = a.get("--token-embedding-type", "");
+  if (!output_type.empty()) p.output_type = output_type.c_str();
+  if (!embd_type.empty()) p.token_embedding_type = embd_type.c_str();
   p.group_size = static_cast<int32_t>(a.get_int("--group", 128, 1, 1 << 20));
   const std::string method = a.get("--method", "rtn");
   if (method == "rtn") p.method = INFER_QUANT_RTN;

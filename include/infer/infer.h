@@ -63,7 +63,7 @@ extern "C" {
 /* ---- version ------------------------------------------------------------ */
 
 #define INFER_VERSION_MAJOR 1
-#define INFER_VERSION_MINOR 3
+#define INFER_VERSION_MINOR 4
 #define INFER_VERSION_PATCH 0
 #define INFER_VERSION_NUMBER (INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH)
 
@@ -745,6 +745,13 @@ typedef struct infer_quantize_params {
   infer_progress_fn progress;  /* may be NULL */
   infer_note_fn note;          /* may be NULL */
   void *user_data;             /* passed to progress and note */
+  /* Since 1.4. Formats of the output head (output.weight) and of the token
+   * embedding (token_embd.weight), as llama-quantize's --output-tensor-type
+   * and --token-embedding-type; NULL: `type`. A model with tied embeddings
+   * (no output.weight) uses token_embd as its head: output_type applies to it
+   * when set. infer_convert_hf ignores them. */
+  const char *output_type;
+  const char *token_embedding_type;
 } infer_quantize_params;
 
 INFER_API void infer_quantize_params_init(infer_quantize_params *params);

@@ -63,6 +63,8 @@ infer_status infer_quantize(const char* in_path, const char* out_path, const inf
   return guarded([&] {
     infer::QuantizeOptions o;
     o.type = parse_type(p.type, p.group_size);
+    if (p.output_type) o.output_type = parse_type(p.output_type, p.group_size);
+    if (p.token_embedding_type) o.embd_type = parse_type(p.token_embedding_type, p.group_size);
     const int64_t method = infer::api::enum_value(p.method);  // the caller's integer, not loaded as the enum
     if (method < INFER_QUANT_RTN || method > INFER_QUANT_AWQ)
       infer::raise(infer::Status::InvalidArgument, "unknown quantization method %lld", static_cast<long long>(method));

@@ -422,15 +422,17 @@ QuantizeStats quantize_calibrated(const std::string& in_path, const std::string&
     if (l >= 0 && l < c.n_layer) by_layer[l].push_back(&t);
     else outside.push_back(&t);
   }
+  const bool has_output = in.find_tensor("output.weight") != nullptr;
   auto out_type = [&](const GgufTensorInfo& t) {
     if (!is_quantizable(t.name, t.dims)) return t.type;
     bool fb = false;
-    const DType ot = tensor_type(o.type, t.dims[0], &fb);
+    const DType want = requested_type(o, t.name, has_output);
+    const DType ot = tensor_type(want, t.dims[0], &fb);
     if (fb) {
       ++st.n_fallback;
       if (o.note)
         o.note(strformat("%s: rows of %lld values do not fit %s blocks: written as %s (round-to-nearest)",
-                         t.name.c_str(), (long long)t.dims[0], dtype_name(o.type), dtype_name(ot)));
+                         t.name.c_str(), (long long)t.dims[0], dtype_name(want), dtype_name(ot)));
     }
     ++st.n_quantized;
     return ot;

@@ -38,6 +38,14 @@ DType tensor_type(DType want, int64_t n_in, bool* fell_back) {
   return t;
 }
 
+DType requested_type(const QuantizeOptions& o, const std::string& name, bool has_output) {
+  if (name == "output.weight" || (!has_output && name == "token_embd.weight")) {
+    if (o.output_type) return *o.output_type;
+  }
+  if (name == "token_embd.weight" && o.embd_type) return *o.embd_type;
+  return o.type;
+}
+
 void declare_tensor(GgufStreamWriter& w, const std::string& name, const std::vector<int64_t>& dims, DType t) {
   w.add_tensor(name, dims, t);
   if (t == DType::W8A8) {
@@ -127,6 +135,7 @@ QuantizeStats quantize_rtn(const GgufFile& in, const std::string& out_path, cons
     bool quantize;
   };
   std::vector<Item> items;
+  const bool has_output = in.find_tensor("output.weight") != nullptr;
   for (const GgufTensorInfo& t : in.tensors()) {
     if (is_scale_companion(in, t)) continue;
     // Mixtral-style MoE: the 3-D expert stacks (*_exps) are matrices too
@@ -138,12 +147,13 @@ QuantizeStats quantize_rtn(const GgufFile& in, const std::string& out_path, cons
     Item it{&t, t.type, (is_quantizable(t.name, t.dims) || experts) && !router};
     if (it.quantize) {
       bool fb = false;
-      it.out = tensor_type(o.type, t.dims[0], &fb);
+      const DType want = requested_type(o, t.name, has_output);
+      it.out = tensor_type(want, t.dims[0], &fb);
       if (fb) {
         ++st.n_fallback;
         if (o.note)
           o.note(strformat("%s: rows of %lld values do not fit %s blocks: written as %s", t.name.c_str(),
-                           (long long)t.dims[0], dtype_name(o.type), dtype_name(it.out)));
+                           (long long)t.dims[0], dtype_name(want), dtype_name(it.out)));
       }
       ++st.n_quantized;
     } else if (t.type == DType::W8A8) {
@@ -187,9 +197,13 @@ QuantizeStats quantize_rtn(const GgufFile& in, const std::string& out_path, cons
 }  // namespace
 
 QuantizeStats quantize_model(const std::string& in_path, const std::string& out_path, const QuantizeOptions& o) {
-  if (!dtype_info(o.type) || (o.type != DType::W8A8 && !can_quantize(o.type)))
-    raise(Status::InvalidArgument, "cannot quantize to %s", dtype_name(o.type));
+  for (const std::optional<DType>& t : {std::optional<DType>(o.type), o.output_type, o.embd_type})
+    if (t && (!dtype_info(*t) || (*t != DType::W8A8 && !can_quantize(*t))))
+      raise(Status::InvalidArgument, "cannot quantize to %s", dtype_name(*t));
   if (in_path == out_path) raise(Status::InvalidArgument, "the output must be a different file from the input");
+  if (o.method != QuantMethod::Rtn && ((o.output_type && *o.output_type == DType::W8A8) || (o.embd_type && *o.embd_type == DType::W8A8)))
+    raise(Status::Unsupported, "%s writes the output head and the token embedding round-to-nearest in a block "
+          "format; w8a8 is not one", quant_method_name(o.method));
   ThreadPool pool(o.n_threads);
   if (o.method == QuantMethod::Rtn) {
     std::unique_ptr<GgufFile> in = GgufFile::open(in_path);

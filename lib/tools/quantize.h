@@ -14,7 +14,8 @@
 // GPTQ and AWQ need a grid format (q8_0, q4_0, q4_1, q5_0, q5_1, int4_g*).
 //
 // Tensors quantized: the 2-D weights (token_embd, output, attention and
-// feed-forward matrices); norms and other tensors are copied. A tensor whose
+// feed-forward matrices; the first two may get their own formats); norms and
+// other tensors are copied. A tensor whose
 // row length the format's block does not divide falls back to a type that
 // fits (quant/formats.h: fallback_type) and a note says so. Big models stream:
 // at most one tensor (GPTQ/AWQ: one layer) is held in memory at a time.
@@ -22,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,11 @@ const char* quant_method_name(QuantMethod m);
 
 struct QuantizeOptions {
   DType type = DType::Q4_0;
+  // Other formats for the output head and the token embedding (llama.cpp's
+  // llama-quantize --output-tensor-type / --token-embedding-type): unset,
+  // they get `type`. With tied embeddings (no output.weight) token_embd is
+  // the output head too and takes output_type when that is set.
+  std::optional<DType> output_type, embd_type;
   QuantMethod method = QuantMethod::Rtn;
   std::string calib_text;       // GPTQ / AWQ calibration text
   int n_threads = 0;            // 0: all cores
@@ -66,6 +73,9 @@ bool is_quantizable(const std::string& name, const std::vector<int64_t>& dims);
 // The type a quantizable tensor gets for a requested type (fallback applied);
 // *fell_back tells whether it differs.
 DType tensor_type(DType want, int64_t n_in, bool* fell_back);
+// The type asked for the quantizable tensor `name` of a model that has (or
+// has not) an output.weight: o.output_type, o.embd_type or o.type.
+DType requested_type(const QuantizeOptions& o, const std::string& name, bool has_output);
 // Declares the tensor (and, for W8A8, its "<name>.scale" companion).
 void declare_tensor(GgufStreamWriter& w, const std::string& name, const std::vector<int64_t>& dims, DType t);
 // Encodes rows [n_rows][n_in] of f32 into t (rows spread over the pool) and

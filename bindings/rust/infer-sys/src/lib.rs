@@ -8,7 +8,7 @@
 use std::os::raw::{c_char, c_double, c_float, c_void};
 
 pub const INFER_VERSION_MAJOR: u32 = 1;
-pub const INFER_VERSION_MINOR: u32 = 3;
+pub const INFER_VERSION_MINOR: u32 = 4;
 pub const INFER_VERSION_PATCH: u32 = 0;
 pub const INFER_VERSION_NUMBER: u32 =
     INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH;
@@ -306,6 +306,8 @@ pub struct infer_quantize_params {
     pub progress: infer_progress_fn,
     pub note: infer_note_fn,
     pub user_data: *mut c_void,
+    pub output_type: *const c_char,
+    pub token_embedding_type: *const c_char,
 }
 
 #[repr(C)]
@@ -655,7 +657,8 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
             mean_accepted_length, draft_tokens_at, accepted_tokens_at }),
         layout!(infer_chat_message { role, content }),
         layout!(infer_quantize_params { struct_size, type_ = "type", group_size, method, calib_text,
-            n_threads, calib_ctx, max_calib_tokens, gptq_damp, act_order, progress, note, user_data }),
+            n_threads, calib_ctx, max_calib_tokens, gptq_damp, act_order, progress, note, user_data, output_type,
+            token_embedding_type }),
         layout!(infer_quantize_result { struct_size, n_tensors, n_quantized, n_fallback, bytes_in,
             bytes_out }),
         layout!(infer_synth_params { struct_size, preset, type_ = "type", group_size, seed, n_threads,
