@@ -249,9 +249,9 @@ Matrix make_matrix(DType t, int64_t n_in, int64_t n_out) {
   return m;
 }
 
-// Decode-like GEMV over ~768 MiB of weights.
-void BM_Gemv(benchmark::State& state, DType t) {
-  const int threads = static_cast<int>(state.range(0));
+// Copies of one 2048 x 5632 matrix (each with its own cache) filling ~768
+// MiB, far beyond the caches; *bytes: one copy's weight bytes.
+std::vector<Matrix> weights_768mib(DType t, size_t* bytes) {
   const int64_t n_in = 2048, n_out = 5632;
   const size_t one = (t == DType::W8A8 ? size_t(n_in) : dtype_row_bytes(t, n_in)) * n_out;
   const size_t target = size_t(768) << 20;
@@ -261,6 +261,16 @@ void BM_Gemv(benchmark::State& state, DType t) {
     Matrix c{t, n_in, n_out, mats[0].bytes, mats[0].scale};
     mats.push_back(std::move(c));
   }
+  *bytes = one;
+  return mats;
+}
+
+// Decode-like GEMV over ~768 MiB of weights.
+void BM_Gemv(benchmark::State& state, DType t) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t n_in = 2048, n_out = 5632;
+  size_t one = 0;
+  std::vector<Matrix> mats = weights_768mib(t, &one);
   ThreadPool pool(threads);
   std::vector<float> x(n_in, 0.01f), y(n_out);
   for (auto& m : mats) cpu::matmul(pool, m.view(), x.data(), 1, y.data());  // repack outside the timing
@@ -277,14 +287,8 @@ void BM_Gemv(benchmark::State& state, DType t) {
 void BM_GemvRows(benchmark::State& state, DType t) {
   const int64_t m = state.range(0);
   const int64_t n_in = 2048, n_out = 5632;
-  const size_t one = (t == DType::W8A8 ? size_t(n_in) : dtype_row_bytes(t, n_in)) * n_out;
-  const size_t target = size_t(768) << 20;
-  std::vector<Matrix> mats;
-  mats.push_back(make_matrix(t, n_in, n_out));
-  while (mats.size() * one < target) {
-    Matrix c{t, n_in, n_out, mats[0].bytes, mats[0].scale};
-    mats.push_back(std::move(c));
-  }
+  size_t one = 0;
+  std::vector<Matrix> mats = weights_768mib(t, &one);
   ThreadPool pool(2);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);

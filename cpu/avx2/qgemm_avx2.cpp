@@ -115,24 +115,38 @@ void quantize_acts_avx2(const float* x, int64_t n, int64_t n_pad, int64_t block,
 
 // ---- panels: Q4_0 and INT4 (K4) --------------------------------------------------------
 
+// 8 f16 (8 u8) scales of a panel's scale area as floats.
+inline __m256 f16x8(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 u8x8(const uint8_t* p) {
+  int64_t v;
+  std::memcpy(&v, p, 8);
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v)));
+}
+
+// A K4 panel's groups: bpg blocks of 256 nibble bytes, then the group's scales.
+struct K4Groups {
+  int bpg;
+  size_t nib, group_bytes;
+  int64_t n_groups;
+  K4Groups(const Panels& P, Panels::Scales S)
+      : bpg(P.group / 32),
+        nib(static_cast<size_t>(bpg) * 256),
+        group_bytes(nib + k4_scale_bytes(S, bpg)),
+        n_groups(P.n_pad / P.group) {}
+};
+
 // A whole K4 panel (all 16 rows, both 32-byte halves of each 64-byte step in
 // one loop) against NX <= 2 activation rows: decode's case. Each i16 lane of
 // s16 sums at most 8 products of 15 * 127 twice: no saturation.
 template <int NX, Panels::Scales S>
 void k4_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
   using Sc = Panels::Scales;
-  const int G = P.group;
-  const int bpg = G / 32;
-  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S, bpg);
-  const int64_t n_groups = P.n_pad / G;
+  const K4Groups k(P, S);
+  const int bpg = k.bpg;
+  const size_t nib = k.nib, group_bytes = k.group_bytes;
+  const int64_t n_groups = k.n_groups;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const int pf = prefetch_distance();
-  auto f16x8 = [](const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
-  auto u8x8 = [](const uint8_t* p) {
-    int64_t v;
-    std::memcpy(&v, p, 8);
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v)));
-  };
   __m256 acc[NX][2];
   for (int r = 0; r < NX; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t g = 0; g < n_groups; ++g) {
@@ -211,27 +225,18 @@ void k4_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0,
 template <int NX, Panels::Scales S>
 void k4_quad(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
   using Sc = Panels::Scales;
-  const int G = P.group;
-  const int bpg = G / 32;
-  const size_t nib = static_cast<size_t>(bpg) * 256, group_bytes = nib + k4_scale_bytes(S, bpg);
-  const int64_t n_groups = P.n_pad / G;
+  const K4Groups k(P, S);
   const int pf = prefetch_distance();
-  auto f16x8 = [](const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
-  auto u8x8 = [](const uint8_t* p) {
-    int64_t v;
-    std::memcpy(&v, p, 8);
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v)));
-  };
   for (int i = 0; i < NX * 16; ++i) out[i] = 0.0f;
   const int8_t* xr[NX];
   for (int r = 0; r < NX; ++r) xr[r] = qa.row(i0 + r);
-  for (int64_t g = 0; g < n_groups; ++g) {
-    const uint8_t* gd = panel + g * group_bytes;
-    const uint8_t* sd = gd + nib;
-    for (int b = 0; b < bpg; ++b) {
-      const int64_t blk = g * bpg + b;
+  for (int64_t g = 0; g < k.n_groups; ++g) {
+    const uint8_t* gd = panel + g * k.group_bytes;
+    const uint8_t* sd = gd + k.nib;
+    for (int b = 0; b < k.bpg; ++b) {
+      const int64_t blk = g * k.bpg + b;
       const uint8_t* wq = gd + b * 256;
-      prefetch_span(b == 0 ? gd : wq, b == bpg - 1 ? gd + group_bytes : wq + 256, pf);
+      prefetch_span(b == 0 ? gd : wq, b == k.bpg - 1 ? gd + k.group_bytes : wq + 256, pf);
       __m256i s16[NX][2];
       for (int r = 0; r < NX; ++r) s16[r][0] = s16[r][1] = _mm256_setzero_si256();
       for (int s = 0; s < 4; ++s) {
@@ -486,12 +491,6 @@ void kq_panel(const Panels& P, const uint8_t* panel, int half0, const QActs& qa,
   const int64_t n_groups = P.n_pad / G;
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const int pf = (NH == 2 || half0 == 0) ? prefetch_distance() : 0;
-  auto f16x8 = [](const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); };
-  auto u8x8 = [](const uint8_t* p) {
-    int64_t v;
-    std::memcpy(&v, p, 8);
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v)));
-  };
   int hh[NH];  // the halves this call computes
   for (int h = 0; h < NH; ++h) hh[h] = NH == 2 ? h : half0;
   __m256 acc[NX][NH];
