@@ -288,44 +288,23 @@ void k4_quad(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0,
 
 // ---- panels: Q8_0 and W8A8 (K8) --------------------------------------------------------
 
-template <int NX, bool PerRow>
-void k8_half(const Panels& P, const uint8_t* panel, int half, const QActs& qa, int64_t i0, float* out) {
-  const int64_t nb = P.n_pad / 32;
-  const size_t head = PerRow ? 128 : 0;
-  const size_t block_bytes = PerRow ? 512 : 544;
-  const int pf = prefetch_distance();
-  __m256 acc[NX];
-  __m256i s32[NX];
-  for (int r = 0; r < NX; ++r) {
-    acc[r] = _mm256_setzero_ps();
-    s32[r] = _mm256_setzero_si256();
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* bd = panel + head + b * block_bytes;
-    if (half == 0) prefetch_span(b == 0 ? panel : bd, bd + block_bytes, pf);
-    for (int s = 0; s < 8; ++s) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s + 32 * half));
-      const __m256i av = _mm256_sign_epi8(v, v);  // |w| (as unsigned: -128 -> 128)
-      for (int r = 0; r < NX; ++r) {
-        const __m256i xv = _mm256_sign_epi8(bcast32(qa.row(i0 + r) + 32 * b + 4 * s), v);
-        s32[r] = _mm256_add_epi32(s32[r], _mm256_madd_epi16(_mm256_maddubs_epi16(av, xv), ones16()));
-      }
-    }
-    if constexpr (!PerRow) {
-      const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bd + 512 + 16 * half)));
-      for (int r = 0; r < NX; ++r) {
-        const __m256 sc = _mm256_mul_ps(dv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb + b]));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[r]), sc, acc[r]);
-        s32[r] = _mm256_setzero_si256();
-      }
+// One 32-value block of a K8 panel (both halves, 8 steps of 64 bytes) into
+// the int32 sums of NX rows of x. OneAtATime: an asm barrier per row keeps
+// GCC from reassociating the adds into all products first (spilled; NX > 2).
+template <int NX, bool OneAtATime>
+__attribute__((always_inline)) inline void k8_block(const uint8_t* bd, const int8_t* const* xr, int64_t b,
+                                                     __m256i (*s32)[2]) {
+  for (int s = 0; s < 8; ++s) {
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s + 32));
+    const __m256i a0 = _mm256_sign_epi8(v0, v0), a1 = _mm256_sign_epi8(v1, v1);  // |w|
+    for (int r = 0; r < NX; ++r) {
+      const __m256i x = bcast32(xr[r] + 32 * b + 4 * s);
+      s32[r][0] = _mm256_add_epi32(s32[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(x, v0)), ones16()));
+      s32[r][1] = _mm256_add_epi32(s32[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(x, v1)), ones16()));
+      if constexpr (OneAtATime) asm("" : "+x"(s32[r][0]), "+x"(s32[r][1]));
     }
   }
-  if constexpr (PerRow) {
-    const __m256 sv = _mm256_loadu_ps(reinterpret_cast<const float*>(panel) + 8 * half);
-    for (int r = 0; r < NX; ++r)
-      acc[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r]), _mm256_mul_ps(sv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb])));
-  }
-  for (int r = 0; r < NX; ++r) _mm256_storeu_ps(out + 8 * r, acc[r]);
 }
 
 // A whole K8 panel (both halves of every step in one loop) against NX <= 2
@@ -343,19 +322,12 @@ void k8_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0,
       acc[r][h] = _mm256_setzero_ps();
       s32[r][h] = _mm256_setzero_si256();
     }
+  const int8_t* xr[NX];
+  for (int r = 0; r < NX; ++r) xr[r] = qa.row(i0 + r);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* bd = panel + head + b * block_bytes;
     prefetch_span(b == 0 ? panel : bd, bd + block_bytes, pf);
-    for (int s = 0; s < 8; ++s) {
-      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s));
-      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bd + 64 * s + 32));
-      const __m256i a0 = _mm256_sign_epi8(v0, v0), a1 = _mm256_sign_epi8(v1, v1);  // |w|
-      for (int r = 0; r < NX; ++r) {
-        const __m256i x = bcast32(qa.row(i0 + r) + 32 * b + 4 * s);
-        s32[r][0] = _mm256_add_epi32(s32[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(x, v0)), ones16()));
-        s32[r][1] = _mm256_add_epi32(s32[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(x, v1)), ones16()));
-      }
-    }
+    k8_block<NX, false>(bd, xr, b, s32);
     if constexpr (!PerRow) {
       for (int h = 0; h < 2; ++h) {
         const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bd + 512 + 16 * h)));
@@ -380,47 +352,73 @@ void k8_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0,
   }
 }
 
-// The panel micro-kernels as cpu/gemm_driver.h's drivers take them: K4 as a
-// whole panel against up to 2 rows of x (decode) or up to 4 (verify steps,
-// batches, prefill tiles); K8 as half a panel (8 rows of W) against up to 4
-// rows of x, or (decode, m <= 2) the whole panel in one pass, so that memory
-// is not left idle during a second half pass.
-template <Panels::Scales S>
-struct K4Full {
-  static constexpr int kCols = 16, kRows = 2;
-  template <int NX>
-  static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
-    k4_full<NX, S>(P, p, q, i, o);
+// A whole K8 panel against NX = 3 or 4 rows of x in one pass (see k4_quad):
+// the 8 int32 sums stay in registers, the float sums (Q8_0: one update per
+// block) live in `out`. Per row, k8_full's operations in k8_full's order.
+template <int NX, bool PerRow>
+void k8_quad(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
+  const int64_t nb = P.n_pad / 32;
+  const size_t head = PerRow ? 128 : 0;
+  const size_t block_bytes = PerRow ? 512 : 544;
+  const int pf = prefetch_distance();
+  for (int i = 0; i < NX * 16; ++i) out[i] = 0.0f;
+  const int8_t* xr[NX];
+  for (int r = 0; r < NX; ++r) xr[r] = qa.row(i0 + r);
+  __m256i s32[NX][2];
+  for (int r = 0; r < NX; ++r) s32[r][0] = s32[r][1] = _mm256_setzero_si256();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* bd = panel + head + b * block_bytes;
+    prefetch_span(b == 0 ? panel : bd, bd + block_bytes, pf);
+    k8_block<NX, true>(bd, xr, b, s32);
+    if constexpr (!PerRow) {
+      for (int h = 0; h < 2; ++h) {
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bd + 512 + 16 * h)));
+        for (int r = 0; r < NX; ++r) {
+          const __m256 sc = _mm256_mul_ps(dv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb + b]));
+          const __m256 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32[r][h]), sc, _mm256_loadu_ps(out + 16 * r + 8 * h));
+          _mm256_storeu_ps(out + 16 * r + 8 * h, acc);
+          s32[r][h] = _mm256_setzero_si256();
+        }
+      }
+    }
   }
-  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
-};
+  if constexpr (PerRow) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256 sv = _mm256_loadu_ps(reinterpret_cast<const float*>(panel) + 8 * h);
+      for (int r = 0; r < NX; ++r)
+        _mm256_storeu_ps(out + 16 * r + 8 * h,
+                         _mm256_mul_ps(_mm256_cvtepi32_ps(s32[r][h]), _mm256_mul_ps(sv, _mm256_set1_ps(qa.d[(i0 + r) * qa.nb]))));
+    }
+  }
+}
+
+// The panel micro-kernels as cpu/gemm_driver.h's drivers take them: a whole
+// panel against up to 2 rows of x (decode) or up to 4 (verify steps, batches,
+// prefill tiles).
+// Whole-panel kernels of a family: F::full<NX> for 1-2 rows, F::quad<NX> for 3-4.
 template <Panels::Scales S>
-struct K4Full4 {
-  static constexpr int kCols = 16, kRows = 4;
+struct K4Fns {
+  template <int NX>
+  static void full(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, float* o) { k4_full<NX, S>(P, p, q, i, o); }
+  template <int NX>
+  static void quad(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, float* o) { k4_quad<NX, S>(P, p, q, i, o); }
+};
+template <bool PerRow>
+struct K8Fns {
+  template <int NX>
+  static void full(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, float* o) { k8_full<NX, PerRow>(P, p, q, i, o); }
+  template <int NX>
+  static void quad(const Panels& P, const uint8_t* p, const QActs& q, int64_t i, float* o) { k8_quad<NX, PerRow>(P, p, q, i, o); }
+};
+template <class F, int Rows>
+struct WholePanel {
+  static constexpr int kCols = 16, kRows = Rows;
   template <int NX>
   static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
     if constexpr (NX <= 2)
-      k4_full<NX, S>(P, p, q, i, o);
+      F::template full<NX>(P, p, q, i, o);
     else
-      k4_quad<NX, S>(P, p, q, i, o);
-  }
-  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
-};
-template <bool PerRow>
-struct K8Half {
-  static constexpr int kCols = 8, kRows = 4;
-  template <int NX>
-  static void run(const Panels& P, const uint8_t* p, int part, const QActs& q, int64_t i, float* o) {
-    k8_half<NX, PerRow>(P, p, part, q, i, o);
-  }
-  static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
-};
-template <bool PerRow>
-struct K8Full {
-  static constexpr int kCols = 16, kRows = 2;
-  template <int NX>
-  static void run(const Panels& P, const uint8_t* p, int, const QActs& q, int64_t i, float* o) {
-    k8_full<NX, PerRow>(P, p, q, i, o);
+      F::template quad<NX>(P, p, q, i, o);
   }
   static void store(const float* o, int nx, int nc, float* y, int64_t ldy) { copy_rows(o, kCols, nx, nc, y, ldy); }
 };
@@ -432,12 +430,13 @@ TileFn panels_for(int64_t m) {
   return m <= 2 ? panel_one_tile<Full> : panel_tiles<Half>;
 }
 
-// The K4 formats: whole panels in one pass against up to 4 rows of x (m <= 2
-// as decode's k4_full; 3-4 rows and tiles of 4 beyond as k4_quad).
-template <Panels::Scales S>
-TileFn k4_panels_for(int64_t m) {
-  if (m <= 2) return panel_one_tile<K4Full<S>>;
-  return m <= 4 ? panel_one_tile<K4Full4<S>> : panel_tiles<K4Full4<S>>;
+// The K4 and K8 formats: whole panels in one pass against up to 4 rows of x
+// (m <= 2 as decode's k4_full / k8_full; 3-4 rows, and tiles of 4 beyond, as
+// k4_quad / k8_quad).
+template <class F>
+TileFn whole_panels_for(int64_t m) {
+  if (m <= 2) return panel_one_tile<WholePanel<F, 2>>;
+  return m <= 4 ? panel_one_tile<WholePanel<F, 4>> : panel_tiles<WholePanel<F, 4>>;
 }
 
 // ---- panels: K4 with high bits (Q5_0, Q5_1, Q5_K, Q6_K) ---------------------------------
@@ -589,7 +588,8 @@ void kq_panel(const Panels& P, const uint8_t* panel, int half0, const QActs& qa,
     for (int h = 0; h < NH; ++h) _mm256_storeu_ps(out + 8 * NH * r + 8 * h, acc[r][h]);
 }
 
-// kq_panel as cpu/gemm_driver.h's panel drivers take it (as K8Half / K8Full).
+// kq_panel as cpu/gemm_driver.h's panel drivers take it: half a panel (8 rows of W)
+// against up to 4 rows of x, or the whole panel against up to 2.
 template <Panels::Scales S>
 struct KqHalf {
   static constexpr int kCols = 8, kRows = 4;
@@ -674,7 +674,7 @@ void fp_full(const uint8_t* panel, int64_t K, const float* x, int64_t ldx, float
 
 // The FP micro-kernels for cpu/gemm_driver.h's tile_fp: halves of 16
 // columns against up to 6 rows of x, or the whole panel in one pass for
-// m <= 2 (see K4Full).
+// m <= 2 (see k4_full).
 struct Fp {
   using F32 = PanelF32;
   static constexpr bool kDecode = true;
@@ -716,15 +716,15 @@ FormatKernel format_kernel(DType t, int64_t m) {
   FormatKernel k;
   switch (t) {
     // m <= 2 (decode): whole panels in one pass; larger m: half panels, more rows of x per pass.
-    case DType::Q4_0: k.tile = k4_panels_for<Sc::Q4_0>(m); k.act_block = 32; k.panels = true; break;
+    case DType::Q4_0: k.tile = whole_panels_for<K4Fns<Sc::Q4_0>>(m); k.act_block = 32; k.panels = true; break;
     case DType::INT4_G32: case DType::INT4_G64: case DType::INT4_G128:
-      k.tile = k4_panels_for<Sc::Int4>(m); k.act_block = 32; k.panels = true; break;
-    case DType::Q8_0: k.tile = panels_for<K8Half<false>, K8Full<false>>(m); k.act_block = 32; k.panels = true; break;
-    case DType::W8A8: k.tile = panels_for<K8Half<true>, K8Full<true>>(m); k.act_block = -1; k.panels = true; break;
-    case DType::Q4_1: k.tile = k4_panels_for<Sc::Q4_1>(m); k.act_block = 32; k.panels = true; break;
+      k.tile = whole_panels_for<K4Fns<Sc::Int4>>(m); k.act_block = 32; k.panels = true; break;
+    case DType::Q8_0: k.tile = whole_panels_for<K8Fns<false>>(m); k.act_block = 32; k.panels = true; break;
+    case DType::W8A8: k.tile = whole_panels_for<K8Fns<true>>(m); k.act_block = -1; k.panels = true; break;
+    case DType::Q4_1: k.tile = whole_panels_for<K4Fns<Sc::Q4_1>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q5_0: k.tile = panels_for<KqHalf<Sc::Q5_0>, KqFull<Sc::Q5_0>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q5_1: k.tile = panels_for<KqHalf<Sc::Q5_1>, KqFull<Sc::Q5_1>>(m); k.act_block = 32; k.panels = true; break;
-    case DType::Q4_K: k.tile = k4_panels_for<Sc::Q4_K>(m); k.act_block = 32; k.panels = true; break;
+    case DType::Q4_K: k.tile = whole_panels_for<K4Fns<Sc::Q4_K>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q5_K: k.tile = panels_for<KqHalf<Sc::Q5_K>, KqFull<Sc::Q5_K>>(m); k.act_block = 32; k.panels = true; break;
     case DType::Q6_K:
       k.tile = panels_for<KqHalf<Sc::Q6_K>, KqFull<Sc::Q6_K>>(m); k.act_block = 32; k.act_hsums = true; k.panels = true; break;
