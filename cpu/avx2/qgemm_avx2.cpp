@@ -139,7 +139,7 @@ struct K4Groups {
 // one loop) against NX <= 2 activation rows: decode's case. Each i16 lane of
 // s16 sums at most 8 products of 15 * 127 twice: no saturation.
 template <int NX, Panels::Scales S>
-void k4_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
+__attribute__((always_inline)) inline void k4_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
   using Sc = Panels::Scales;
   const K4Groups k(P, S);
   const int bpg = k.bpg;
@@ -310,7 +310,7 @@ __attribute__((always_inline)) inline void k8_block(const uint8_t* bd, const int
 // A whole K8 panel (both halves of every step in one loop) against NX <= 2
 // rows of x: decode's case (see k4_full).
 template <int NX, bool PerRow>
-void k8_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
+__attribute__((always_inline)) inline void k8_full(const Panels& P, const uint8_t* panel, const QActs& qa, int64_t i0, float* out /*[NX][16]*/) {
   const int64_t nb = P.n_pad / 32;
   const size_t head = PerRow ? 128 : 0;
   const size_t block_bytes = PerRow ? 512 : 544;
