@@ -343,6 +343,29 @@ void BM_GemmL2(benchmark::State& state) {
 }
 BENCHMARK(BM_GemmL2)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->UseRealTime();
 
+// Small matrices (N x N, m rows) on 1 and 2 threads: where splitting a
+// matmul between threads stops paying for its synchronization. Small models
+// (stories260K: 64 x 64, 172 x 64, 512 x 64) issue dozens of these a step.
+void BM_MatmulSmall(benchmark::State& state) {
+  const DType t = state.range(0) == 0 ? DType::F32 : DType::Q4_0;
+  const int64_t n = state.range(1), m = state.range(2);
+  Matrix mat = make_matrix(t, n, n);
+  ThreadPool pool(static_cast<int>(state.range(3)));
+  std::vector<float> x(static_cast<size_t>(m * n)), y(static_cast<size_t>(m * n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 101) / 50.0f - 1.0f;
+  cpu::matmul(pool, mat.view(), x.data(), m, y.data());
+  for (auto _ : state) {
+    cpu::matmul(pool, mat.view(), x.data(), m, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["MMAC"] = static_cast<double>(m * n * n) / 1e6;
+}
+BENCHMARK(BM_MatmulSmall)
+    ->ArgNames({"q4", "n", "m", "t"})
+    ->ArgsProduct({{0, 1}, {64, 128, 256, 512, 1024}, {1, 8}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 // Our int8 / f32 kernels against oneDNN's, per m (policy 0: ours, 1: oneDNN):
 // where the by-shape choice in cpu/onednn_matmul.cpp comes from.
 void BM_GemmPolicy(benchmark::State& state, DType t) {

@@ -102,8 +102,29 @@ void prepare_weight(ThreadPool& pool, const WeightView& w) {
   }
 }
 
+namespace {
+
+// Splitting a matmul between threads costs a pool job and moves its
+// activations and outputs between cores' caches: a few microseconds on a
+// 2-core VM. Below about 8 microseconds of one thread's work it is slower
+// than running on the caller (infer_bench --benchmark_filter=MatmulSmall;
+// a small model such as stories260K issues dozens of 64-wide matmuls a step
+// and decoded ~1.6x faster on one thread than on two before this rule). The
+// work is weighed as 2 x weight bytes (reading them) + multiply-adds.
+constexpr int64_t kMinSplitWork = int64_t(1) << 20;
+// int8 activations of at least this many values are quantized in parallel.
+constexpr int64_t kMinSplitActs = 32768;
+
+bool worth_splitting(const WeightView& w, int64_t m) {
+  const int64_t bytes = static_cast<int64_t>(w.row_bytes) * w.n_out;
+  return 2 * bytes + m * w.n_in * w.n_out >= kMinSplitWork;
+}
+
+}  // namespace
+
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {
   if (m <= 0 || w.n_out <= 0) return;
+  const bool split = pool.size() > 1 && worth_splitting(w, m);
   const IsaKernels& isa = kernels();
   if (onednn_preferred(w.type, m, w.n_in, w.n_out) && onednn_matmul(pool, w, x, m, y)) return;
   const FormatKernel k = pick_kernel(isa, w.type, m);
@@ -179,7 +200,7 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
         }
       }
     };
-    if (m >= 8 && pool.size() > 1) {
+    if (m >= 8 && pool.size() > 1 && m * w.n_in >= kMinSplitActs) {
       pool.run([&](int tid, int nth) { rows(m * tid / nth, m * (tid + 1) / nth); });
     } else {
       rows(0, m);
@@ -204,7 +225,7 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
       k.tile(args, r0, r1);
     }
   };
-  if (n_chunks == 1 || nth == 1) {
+  if (n_chunks == 1 || !split) {
     work(0, 1);
   } else {
     pool.run(work);
