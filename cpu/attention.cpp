@@ -56,9 +56,14 @@ inline void store_row_fp(const OpKernels& ok, KvType type, void* base, size_t ro
 constexpr int kChunk = 128;
 constexpr int kTile = 4;
 // Below this many multiply-adds (visible positions x heads x head_dim, about
-// 8 microseconds) attention runs on the calling thread: a pool job costs
-// about a microsecond.
-constexpr int64_t kMinParallelWork = 16384;
+// 30 microseconds) attention runs on the calling thread. Alone, a split pays
+// from ~8 microseconds (BM_AttnDecode); inside a step it costs more: small
+// matmuls stay on the caller (cpu/matmul.cpp), so an idle worker has gone
+// from spinning to yielding between the layers' attention jobs, and the
+// queries and outputs cross cores. At 16384, stories260K serving 8 streams
+// (~32k here) made 40k tok/s on 2 threads against 45k with this threshold
+// (bench-serve in process, 5 alternating rounds).
+constexpr int64_t kMinParallelWork = 65536;
 
 struct Task {
   int32_t t0, t1;  // tokens [t0, t1), consecutive in the batch, one sequence
