@@ -16,7 +16,6 @@
 #include <sys/socket.h>
 #include <dirent.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -204,34 +203,6 @@ int find_client_socket(const httplib::Request& req) {
   last_fd = found;
   return found;
 }
-
-// TCP_CORK on the client's socket: while it is on, what is written is held
-// until it is taken off (or 200 ms pass), then leaves in as few segments as
-// it fills. A stream corks its headers until its first event and its last
-// events until httplib's chunk terminator: each write the client reads is a
-// wake-up of its reader, a pass through loopback's TCP stack and, on a
-// machine whose cores the engine keeps busy, time taken from the engine.
-class Cork {
- public:
-  explicit Cork(int fd) : fd_(fd) { set(true); }
-  ~Cork() { release(); }
-  Cork(const Cork&) = delete;
-  Cork& operator=(const Cork&) = delete;
-  // Sends what is held; later writes go out at once.
-  void release() { set(false); }
-  // Holds what is written until release().
-  void hold() { set(true); }
-
- private:
-  void set(bool on) {
-    if (fd_ < 0 || on == on_) return;
-    const int v = on ? 1 : 0;
-    // A socket that refuses (not TCP) just is not corked.
-    if (::setsockopt(fd_, IPPROTO_TCP, TCP_CORK, &v, sizeof v) == 0) on_ = on;
-  }
-  int fd_;
-  bool on_ = false;
-};
 
 bool client_gone(int fd) {
   if (fd < 0) return false;
@@ -867,14 +838,11 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
   // a last chunk per choice with its finish_reason, the usage chunk (empty
   // choices) when asked, then [DONE].
   job->client_fd = find_client_socket(req);
-  // The headers wait for the first event (one segment, one read for the
-  // client); the provider takes the cork off after its first write.
-  auto cork = std::make_shared<Cork>(job->client_fd);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, ep, ep_name, model_name, cork](size_t, httplib::DataSink& sink) {
+      [job, ep, ep_name, model_name](size_t, httplib::DataSink& sink) {
         Server& srv = *job->srv;
         const bool chat = ep == serve::Endpoint::Chat;
         const bool usage = job->rq.include_usage;
@@ -887,7 +855,6 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
           if (out.empty()) return true;
           const bool ok = sink.write(out.data(), out.size());
           out.clear();
-          cork->release();
           return ok;
         };
         auto add_event = [&](const json& j) {
@@ -995,11 +962,8 @@ void handle_completion(Server& srv, const httplib::Request& req, httplib::Respon
           add_event(j);
         }
         out += "data: [DONE]\n\n";
-        // The last events and the chunk terminator leave together.
-        cork->hold();
-        sink.write(out.data(), out.size());
+        flush();
         sink.done();
-        cork->release();
         srv.metrics.on_request_ended(ep_name, end == PumpEnd::Timeout ? "timeout" : failed ? "error" : "ok");
         return true;
       });
