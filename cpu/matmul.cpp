@@ -124,7 +124,6 @@ bool worth_splitting(const WeightView& w, int64_t m) {
 
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, float* y) {
   if (m <= 0 || w.n_out <= 0) return;
-  const bool split = pool.size() > 1 && worth_splitting(w, m);
   const IsaKernels& isa = kernels();
   if (onednn_preferred(w.type, m, w.n_in, w.n_out) && onednn_matmul(pool, w, x, m, y)) return;
   const FormatKernel k = pick_kernel(isa, w.type, m);
@@ -225,7 +224,7 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
       k.tile(args, r0, r1);
     }
   };
-  if (n_chunks == 1 || !split) {
+  if (n_chunks == 1 || nth == 1 || !worth_splitting(w, m)) {
     work(0, 1);
   } else {
     pool.run(work);

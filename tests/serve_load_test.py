@@ -20,8 +20,9 @@ ratio is total tokens per total second over HTTP against the same in process.
 It must be at least $INFER_LOAD_MIN_RATIO (default 0.5: a floor that a
 stalled or serialized server fails, and the server before TCP_NODELAY and
 stream coalescing (0.36 on stories260K) too, far enough below the measured
-~1.0 (0.90-0.96 before session 12) that a machine shared with other jobs does not fail it; the issue's 10%
-is measured on a quiet machine and written in bench/RESULTS.md).
+~1.0 (0.90-0.96 before session 12) that a machine shared with other jobs
+does not fail it; the issue's 10% is measured on a quiet machine and written
+in bench/RESULTS.md).
 Prints SKIPPED: without ../shared's stories260K.
 """
 import argparse
