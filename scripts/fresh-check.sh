@@ -3,7 +3,7 @@
 # minimal Debian 12 root where nothing was installed by hand.
 #
 #   scripts/fresh-check.sh run  [MODEL.gguf] [infer run flags]   # ./scripts/run.sh ...
-#   scripts/fresh-check.sh test                                  # ./scripts/test.sh
+#   scripts/fresh-check.sh test                                  # ./scripts/test.sh --all
 #
 # It builds the root with Debian's mmdebstrap (installed on the host when
 # missing), copies the working tree (tracked and untracked files that git does
@@ -125,7 +125,7 @@ fi
 if [ "$what" = run ]; then
   cmd=(./scripts/run.sh "$@")
 else
-  cmd=(./scripts/test.sh)
+  cmd=(./scripts/test.sh --all)
 fi
 echo "== fresh-check: running ${cmd[*]} in the fresh root"
 env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

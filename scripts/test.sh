@@ -1,27 +1,66 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds and runs the whole test suite: the normal
-# build (with the CUDA backend compiled when nvcc exists), the same suite
-# under AddressSanitizer + UndefinedBehaviorSanitizer, short libFuzzer runs
-# of the GGUF parser and of C API call sequences, and the threaded tests
-# under ThreadSanitizer.
+# Installs what is missing, builds and tests.
+#
+#   ./scripts/test.sh         the release build and the whole CTest suite
+#                             (about 15 minutes on 2 cores): what a contributor
+#                             runs before a commit.
+#   ./scripts/test.sh --all   the same, then the suite again under
+#                             AddressSanitizer + UndefinedBehaviorSanitizer,
+#                             short libFuzzer runs of every parser and of C API
+#                             call sequences, and the threaded and server tests
+#                             under ThreadSanitizer: what .ci/run runs, on a
+#                             fresh Debian 12 root (scripts/fresh-check.sh test).
+#
+# The end prints each stage's wall time.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
+all=0
+case "${1:-}" in
+  --all) all=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--all]" >&2; exit 2 ;;
+esac
 "$root/scripts/deps.sh" --test
 
-echo "== release build and tests"
+stage_t0=$(date +%s)
+stage_name=""
+stage_log=""
+stage() {  # stage NAME: closes the running stage (printing its time), opens NAME
+  local now
+  now=$(date +%s)
+  if [ -n "$stage_name" ]; then
+    stage_log+="$(printf '%6d s  %s' $((now - stage_t0)) "$stage_name")"$'\n'
+  fi
+  stage_name=$1
+  stage_t0=$now
+  [ -n "$1" ] && echo "== $1"
+  return 0
+}
+finish() {
+  stage ""
+  echo "== stage times"
+  printf '%s' "$stage_log"
+}
+
+stage "release build and tests"
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$jobs"
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
+if [ "$all" = 0 ]; then
+  finish
+  echo "release tests passed (./scripts/test.sh --all adds the sanitizers, fuzzers and TSan)"
+  exit 0
+fi
 
-echo "== ASan+UBSan build and tests"
+stage "ASan+UBSan build and tests"
 cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_SANITIZE=ON \
   -DINFER_CUDA=OFF -DINFER_BENCH=OFF >/dev/null
 cmake --build "$root/build-asan" -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs"
 
-echo "== fuzzing the GGUF parser (${INFER_FUZZ_SECONDS:-60} s)"
+stage "fuzzing the GGUF parser (${INFER_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DINFER_FUZZ=ON -DINFER_TESTS=OFF -DINFER_EXAMPLES=OFF -DINFER_BENCH=OFF -DINFER_CUDA=OFF >/dev/null
 cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_gguf
@@ -29,7 +68,7 @@ mkdir -p "$root/build-fuzz/corpus"
 "$root/build-fuzz/tests/fuzz/fuzz_gguf" -max_total_time="${INFER_FUZZ_SECONDS:-60}" -max_len=8192 -rss_limit_mb=2048 \
   "$root/build-fuzz/corpus" "$root/tests/fuzz/corpus"
 
-echo "== fuzzing sequences of C API calls (${INFER_FUZZ_SECONDS:-60} s)"
+stage "fuzzing sequences of C API calls (${INFER_FUZZ_SECONDS:-60} s)"
 cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_capi
 mkdir -p "$root/build-fuzz/corpus-capi"
 # allocator_may_return_null: an absurd KV size must come back as OUT_OF_MEMORY, as without ASan.
@@ -37,14 +76,14 @@ ASAN_OPTIONS=allocator_may_return_null=1 "$root/build-fuzz/tests/fuzz/fuzz_capi"
   -max_total_time="${INFER_FUZZ_SECONDS:-60}" -max_len=1024 -rss_limit_mb=4096 -timeout=60 \
   -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-capi"
 
-echo "== fuzzing the chat-template interpreter (Jinja subset)"
+stage "fuzzing the chat-template interpreter (Jinja subset)"
 cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_jinja
 mkdir -p "$root/build-fuzz/corpus-jinja"
 "$root/build-fuzz/tests/fuzz/fuzz_jinja" -max_total_time="$(( ${INFER_FUZZ_SECONDS:-60} / 2 ))" -max_len=8192 \
   -rss_limit_mb=2048 -timeout=30 -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-jinja" \
   "$root/tests/fuzz/corpus-jinja"
 
-echo "== fuzzing grammars (GBNF, JSON schema) and infer serve's request parser"
+stage "fuzzing grammars (GBNF, JSON schema) and infer serve's request parser"
 cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_grammar
 half=$(( ${INFER_FUZZ_SECONDS:-60} / 2 ))
 mkdir -p "$root/build-fuzz/corpus-grammar" "$root/build-fuzz/corpus-serve"
@@ -55,16 +94,17 @@ if cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_serve_request 2>/de
     -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-serve" "$root/tests/fuzz/corpus-serve"
 fi
 
-echo "== fuzzing the Hugging Face readers (safetensors headers, config.json, tokenizer.json)"
+stage "fuzzing the Hugging Face readers (safetensors headers, config.json, tokenizer.json)"
 cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_hf
 mkdir -p "$root/build-fuzz/corpus-hf"
 "$root/build-fuzz/tests/fuzz/fuzz_hf" -max_total_time="$half" -max_len=8192 -rss_limit_mb=2048 -timeout=30 \
   -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-hf" "$root/tests/fuzz/corpus-hf"
 
-echo "== ThreadSanitizer build and the threaded tests"
+stage "ThreadSanitizer build and the threaded tests"
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_TSAN=ON \
   -DINFER_CUDA=OFF -DINFER_BENCH=OFF -DINFER_EXAMPLES=OFF -DINFER_BINDINGS=OFF >/dev/null
 cmake --build "$root/build-tsan" -j "$jobs" --target infer_tests
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/build-tsan" --output-on-failure \
   -j "$jobs" -R thread
+finish
 echo "all test stages passed"
