@@ -43,6 +43,11 @@ finish() {
   printf '%s' "$stage_log"
 }
 
+stage "configure with CMake's default generator (the plain cmake -S . -B build)"
+rm -rf "$root/build-plain"
+cmake -S "$root" -B "$root/build-plain" >/dev/null
+rm -rf "$root/build-plain"
+
 stage "release build and tests"
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$jobs"
