@@ -215,6 +215,22 @@ run_cli run -m "$MODEL" -p "Once upon a time" --temp 0.8 --top-k 40 --top-p 0.9 
   --repeat-penalty 1.1 --seed 7 -t 2 -n 16
 if cmp -s "$OUT" "$TMP/seeded1"; then pass "same seed, same text"; else fail "same seed, same text"; fi
 
+# --seed -1 (the default) draws a seed, reported by --json; giving it back repeats the text.
+json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null; }
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 1 -t 1 -n 24 --json
+cp "$OUT" "$TMP/rand1"
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 1 -t 1 -n 24 --seed -1 --json
+cp "$OUT" "$TMP/rand2"
+s1=$(json_field "$TMP/rand1" seed); s2=$(json_field "$TMP/rand2" seed)
+if [ -n "$s1" ] && [ -n "$s2" ] && [ "$s1" != "$s2" ]; then pass "the default seed is drawn per run (--json reports it)"
+else fail "the default seed is drawn per run (--json reports it)" "seeds '$s1' and '$s2'; $(said)"; fi
+run_cli run -m "$MODEL" -p "Once upon a time" --temp 1 -t 1 -n 24 --seed "${s1:-0}" --json
+if [ "$(json_field "$OUT" text)" = "$(json_field "$TMP/rand1" text)" ] && [ -n "$(json_field "$OUT" text)" ]; then
+  pass "the reported seed repeats the run"
+else fail "the reported seed repeats the run" "$(said)"; fi
+run_cli run -m "$MODEL" -p "x" -n 1 --seed -2
+if [ "$RC" = 2 ] || grep -q -- "--seed" "$ERR"; then pass "--seed below -1 is refused"; else fail "--seed below -1 is refused" "$(said)"; fi
+
 printf 'Once upon a time' >"$TMP/prompt.txt"
 run_cli run -m "$MODEL" -f "$TMP/prompt.txt" --temp 0 -n 32
 expect_ok "run with the prompt from a file (-f)"

@@ -199,6 +199,23 @@ not_linked_to_shared "$c/pc_cxx_static"
 run "C, pkg-config --static, libinfer.a" "$c/pc_c_static"
 run "C++, pkg-config --static, libinfer.a" "$c/pc_cxx_static"
 
+# The installed CLI from / (no ../shared there): it finds the installed
+# default model, or, without one, says to give -m.
+echo "installed infer, run from /:"
+if [ -n "$model" ]; then
+  test -e "$prefix/share/infer/models/stories260K.gguf"
+  out=$(cd / && env -u INFER_SHARED_DIR "$prefix/bin/infer" run -p "Once upon a time" -n 8 --temp 0 -t 1 2>&1)
+  echo "$out" | grep -q "Once upon a time" || { echo "install test: the installed infer did not run its default model: $out" >&2; exit 1; }
+  echo "  ok  infer run with the installed default model"
+fi
+rc=0
+out=$(cd / && INFER_SHARED_DIR=/nonexistent "$prefix/bin/infer" run -p x -n 1 2>&1) || rc=$?
+if [ "$rc" != 2 ] || ! echo "$out" | grep -q -- "-m MODEL"; then
+  echo "install test: a missing default model should be a usage error naming -m (exit $rc): $out" >&2
+  exit 1
+fi
+echo "  ok  no default model: $(echo "$out" | head -1)"
+
 test -e "$libdir/libinfer.a"
 test -e "$libdir/libinfer.so.1"
 test -e "$prefix/include/infer/infer.h"

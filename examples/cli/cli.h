@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -103,7 +105,7 @@ class Args {
           }
         }
         const Flag* f = find(a);
-        if (!f) throw UsageError{"unknown flag " + a + " (see --help)"};
+        if (!f) throw UsageError{"unknown flag " + a};
         const std::string key = canonical(*f);
         if (f->arg) {
           if (!has_eq) {
@@ -291,13 +293,24 @@ struct Engine {
   Engine& operator=(const Engine&) = delete;
 };
 
-inline std::string model_path(const Args& a) { return a.has("--model") ? a.get("--model") : default_model(); }
+// -m, else the default model; a default that is not there is a usage error
+// that says to give -m (an installed infer run from any folder, without the
+// shared data, lands here).
+inline std::string model_path(const Args& a) {
+  if (a.has("--model")) return a.get("--model");
+  std::string p = default_model();
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0)
+    throw UsageError{"no model given and the default model is not at " + p +
+                     ": give -m MODEL (a GGUF file or a Hugging Face model directory)"};
+  return p;
+}
 
 // ---- flag groups shared by several commands ----
 
 // -m and --backend: every command that loads a model.
 inline const FlagTable kModelFlags = {
-    {"-m, --model", "MODEL", "stories260K.gguf of the shared data", "the GGUF model to load"},
+    {"-m, --model", "MODEL", "stories260K.gguf of the shared data", "the model to load: a GGUF file or a Hugging Face model directory"},
     {"--backend", "auto|cpu|cuda", "auto", "compute backend (auto: the best available)"},
 };
 inline const FlagTable kThreadFlags = {
@@ -334,7 +347,7 @@ inline const FlagTable kSamplingFlags = {
     {"--repeat-last-n", "N", "64", "tokens the penalties look back at; -1 all"},
     {"--frequency-penalty", "F", "0", "subtract F times each token's count"},
     {"--presence-penalty", "P", "0", "subtract P from every token already seen"},
-    {"--seed", "S", "0", "random seed (same seed, same output)"},
+    {"--seed", "S", "-1 (random)", "sampling seed: the same seed gives the same output; -1 draws one (run --json reports it)"},
 };
 
 inline void apply_kv_flags(const Args& a, infer_engine_params& ep) {
@@ -393,6 +406,20 @@ inline void apply_spec_flags(const Args& a, infer_engine_params& ep, std::string
   }
 }
 
+// A seed for --seed -1: from the OS's entropy where there is one, else the
+// clock and the process id. Kept below 2^63 so that --seed can repeat it.
+inline uint64_t random_seed() {
+  uint64_t x = 0;
+  try {
+    std::random_device rd;
+    x = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  } catch (...) {
+    x = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+        (static_cast<uint64_t>(::getpid()) << 40);
+  }
+  return x & 0x7fffffffffffffffULL;
+}
+
 // The sampling flags, checked (before any model loads).
 inline infer_sampling_params sampling_flags(const Args& a) {
   infer_sampling_params sp;
@@ -405,7 +432,8 @@ inline infer_sampling_params sampling_flags(const Args& a) {
   sp.penalty_last_n = static_cast<int32_t>(a.get_int("--repeat-last-n", sp.penalty_last_n, -1, 1 << 30));
   sp.frequency_penalty = static_cast<float>(a.get_float("--frequency-penalty", sp.frequency_penalty, -1e6, 1e6, "[-1e6, 1e6]"));
   sp.presence_penalty = static_cast<float>(a.get_float("--presence-penalty", sp.presence_penalty, -1e6, 1e6, "[-1e6, 1e6]"));
-  sp.seed = static_cast<uint64_t>(a.get_int("--seed", 0, 0, INT64_MAX));
+  const int64_t seed = a.get_int("--seed", -1, -1, INT64_MAX);
+  sp.seed = seed >= 0 ? static_cast<uint64_t>(seed) : random_seed();
   return sp;
 }
 

@@ -176,7 +176,7 @@ int cmd_run(int argc, char** argv) {
                 "\"finish_reason\": \"%s\", \"context_full\": %s, \"n_ctx\": %d, \"kv_type\": \"%s\", \"kv_block_size\": %d, \"kv_blocks_total\": %d, "
                 "\"kv_blocks_used\": %d, \"kv_blocks_free\": %d, \"kv_blocks_cached\": %d, \"kv_bytes_total\": %llu, "
                 "\"kv_bytes_used\": %llu, \"prefix_hit_tokens\": %llu, \"prefix_query_tokens\": %llu, "
-                "\"draft_tokens\": %llu, \"accepted_tokens\": %llu, \"acceptance_rate\": %s, \"mean_accepted_length\": %s}\n",
+                "\"draft_tokens\": %llu, \"accepted_tokens\": %llu, \"acceptance_rate\": %s, \"mean_accepted_length\": %s, \"seed\": %llu}\n",
                 json_escape(text).c_str(), s.n_prompt_tokens, s.n_generated_tokens, s.n_cached_tokens, num(s.ttft_ms).c_str(),
                 num(s.tpot_ms).c_str(), num(s.prefill_tokens_per_s).c_str(), num(s.decode_tokens_per_s).c_str(),
                 num(s.total_ms).c_str(), reasons[s.finish_reason],
@@ -186,7 +186,7 @@ int cmd_run(int argc, char** argv) {
                 (unsigned long long)es.kv_bytes_total, (unsigned long long)es.kv_bytes_used,
                 (unsigned long long)es.prefix_hit_tokens, (unsigned long long)es.prefix_query_tokens,
                 (unsigned long long)s.draft_tokens, (unsigned long long)s.accepted_tokens, num(s.acceptance_rate).c_str(),
-                num(s.mean_accepted_length).c_str());
+                num(s.mean_accepted_length).c_str(), (unsigned long long)sp.seed);
   } else if (!quiet) {
     if (!note.empty()) std::fprintf(stderr, "\n[stopped: %s]", note.c_str());
     std::fprintf(stderr, "\n%d prompt tokens, %d generated; TTFT %.2f ms, TPOT %.2f ms; prefill %.1f tok/s, decode %.1f tok/s\n",
