@@ -231,6 +231,25 @@ else fail "the reported seed repeats the run" "$(said)"; fi
 run_cli run -m "$MODEL" -p "x" -n 1 --seed -2
 if [ "$RC" = 2 ] || grep -q -- "--seed" "$ERR"; then pass "--seed below -1 is refused"; else fail "--seed below -1 is refused" "$(said)"; fi
 
+# A llama2.c checkpoint given to run: the error names the converter.
+printf 'not a gguf file, a llama2.c checkpoint would start with its config' >"$TMP/model.bin"
+run_cli run -m "$TMP/model.bin" -p x -n 1
+if [ "$RC" != 0 ] && grep -q "infer convert llama2c" "$ERR"; then pass "a .bin model points to infer convert llama2c"
+else fail "a .bin model points to infer convert llama2c" "$(said)"; fi
+# An unknown flag: its hint once.
+run_cli run -m "$MODEL" --no-such-flag
+if [ "$RC" = 2 ] && [ "$(grep -o -- "--help" "$ERR" | wc -l)" = 1 ]; then pass "an unknown flag's hint is printed once"
+else fail "an unknown flag's hint is printed once" "$(said)"; fi
+
+# quantize --help lists every format its own error message names.
+run_cli quantize "$MODEL" "$TMP/q.gguf" no_such_type
+err_types=$(grep -o "unknown weight format.*" "$ERR" | sed "s/.*'no_such_type' (//" | tr -c 'a-z0-9_\n' ' ')
+help_text=$("$INFER" quantize --help 2>&1)
+missing=""
+for t in $err_types; do case "$t" in as|infer|quantize|help|lists|them|int4_g*|int4|w4a16) ;; *) echo "$help_text" | grep -qw "$t" || missing+=" $t" ;; esac; done
+if [ -n "$err_types" ] && [ -z "$missing" ]; then pass "quantize --help lists every format of its error message"
+else fail "quantize --help lists every format of its error message" "missing:$missing; error: $(head -c 400 "$ERR")"; fi
+
 printf 'Once upon a time' >"$TMP/prompt.txt"
 run_cli run -m "$MODEL" -f "$TMP/prompt.txt" --temp 0 -n 32
 expect_ok "run with the prompt from a file (-f)"
@@ -517,6 +536,28 @@ if [ "$RC" -eq 2 ] && grep -q "chatml" "$ERR" && ! grep -q "chat template: foo" 
   pass "chat --template foo lists the templates, announces nothing"
 else
   fail "chat --template foo" "$(said)"
+fi
+
+# chat --chat-template-file: the file's template renders each turn; one that
+# cannot render a plain exchange (a namespace stored in itself) is refused
+# before the first turn, and the process ends with a usage error, not a signal.
+cat >"$TMP/tmpl.jinja" <<'TMPL'
+{% for m in messages %}<<{{ m.role }}>>{{ m.content }}<</{{ m.role }}>>{% endfor %}{% if add_generation_prompt %}<<assistant>>{% endif %}
+TMPL
+printf 'hello\n' | timeout 300 "$INFER" chat -m "$MODEL" -n 2 --temp 0 --chat-template-file "$TMP/tmpl.jinja" --show-prompt >"$OUT" 2>"$ERR"
+RC=$?
+if [ "$RC" -eq 0 ] && grep -q "<<user>>hello<</user>><<assistant>>" "$ERR"; then
+  pass "chat --chat-template-file renders the file's template"
+else
+  fail "chat --chat-template-file" "$(said)"
+fi
+printf '{%% set ns = namespace(a=1) %%}{%% set ns.a = ns %%}{{ ns }}{{ messages[0].content }}\n' >"$TMP/selfref.jinja"
+printf 'hello\n' | timeout 300 "$INFER" chat -m "$MODEL" -n 2 --chat-template-file "$TMP/selfref.jinja" >"$OUT" 2>"$ERR"
+RC=$?
+if [ "$RC" -eq 2 ] && grep -q "does not render" "$ERR"; then
+  pass "chat --chat-template-file refuses a self-referencing template with a usage error"
+else
+  fail "chat --chat-template-file with a self-referencing template" "$(said)"
 fi
 
 run_cli info -m "$MODEL" --all --json

@@ -959,3 +959,12 @@ TEST_CASE("hf: a shard truncated after load fails the request, not the process",
   e.run();
   CHECK(r->finish_reason() == FinishReason::Error);
 }
+
+TEST_CASE("hf: a directory whose config.json has no _name_or_path is named after the directory", "[hf]") {
+  REQUIRE_SHARED(path, "models/stories260K.gguf");
+  auto ref = Model::load(path);
+  const std::string dir = fresh_dir("hf-named-after-dir");
+  infer_test::gguf_to_hf_dir(ref->gguf(), dir);
+  auto m = Model::load(dir + "/");  // a trailing slash too
+  CHECK(m->gguf().get_string("general.name").value_or("") == "hf-named-after-dir");
+}

@@ -271,6 +271,38 @@ inline infer_backend backend_flag(const Args& a) {
 }
 
 // RAII owners for the C handles.
+// What to do with a file that is not a model the loader reads: a llama2.c
+// checkpoint or a lone safetensors file gets the command that converts it.
+inline std::string model_file_hint(const std::string& path) {
+  auto ends = [&](const char* suf) {
+    const size_t n = std::strlen(suf);
+    return path.size() >= n && path.compare(path.size() - n, n, suf) == 0;
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return "";
+  char magic[4] = {};
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    const size_t got = std::fread(magic, 1, 4, f);
+    std::fclose(f);
+    if (got == 4 && std::memcmp(magic, "GGUF", 4) == 0) return "";
+  }
+  if (ends(".bin"))
+    return "\n(a llama2.c checkpoint? convert it first: infer convert llama2c " + path +
+           " TOKENIZER.bin -o MODEL.gguf)";
+  if (ends(".safetensors"))
+    return "\n(give the Hugging Face model directory that holds it, or convert it: infer convert hf DIR -o MODEL.gguf)";
+  return "";
+}
+
+// infer_model_load, with a hint for files that need converting first.
+inline void load_model_checked(const std::string& path, const infer_model_params* p, infer_model** m,
+                               const std::string& what) {
+  const infer_status st = infer_model_load(path.c_str(), p, m);
+  if (st == INFER_OK) return;
+  const std::string msg = std::string(what) + ": " + infer_status_string(st) + ": " + infer_last_error();
+  throw ApiError{msg + model_file_hint(path)};
+}
+
 struct Model {
   infer_model* m = nullptr;
   Model(const std::string& path, infer_backend backend, bool vocab_only = false) {
@@ -278,7 +310,7 @@ struct Model {
     infer_model_params_init(&p);
     p.backend = backend;
     p.vocab_only = vocab_only ? 1 : 0;
-    check(infer_model_load(path.c_str(), &p, &m), ("loading " + path).c_str());
+    load_model_checked(path, &p, &m, "loading " + path);
   }
   ~Model() { infer_model_free(m); }
   Model(const Model&) = delete;
@@ -371,7 +403,7 @@ struct DraftModel {
 // Loads the model of --draft (after every argument was checked).
 inline void load_draft(const Args& a, infer_engine_params& ep, DraftModel& draft) {
   if (!a.has("--draft") || draft.m) return;
-  check(infer_model_load(a.get("--draft").c_str(), nullptr, &draft.m), "loading the draft model");
+  load_model_checked(a.get("--draft"), nullptr, &draft.m, "loading the draft model");
   ep.draft_model = draft.m;
 }
 

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "cli.h"
@@ -39,6 +40,7 @@ size_t count_tokens(infer_model* m, const std::string& text) {
 const FlagTable kChatFlags = kModelFlags + FlagTable{
     {"--template", "NAME", "the model's own, else chatml",
      "chat template: a built-in name (see the list below), or jinja for the model's own without the built-in fallback"},
+    {"--chat-template-file", "FILE", nullptr, "a Jinja chat template to use instead of the model's (as serve's)"},
     {"--system", "TEXT", nullptr, "system prompt"},
     {"-n, --n-predict", "N", "256", "most tokens per reply"},
 } + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
@@ -66,6 +68,13 @@ int cmd_chat(int argc, char** argv) {
   std::string tmpl = a.get("--template");
   if (a.has("--template") && !known_template(tmpl))
     throw UsageError{"unknown chat template '" + tmpl + "'; the templates are: " + template_names()};
+  std::string jinja_file_text;
+  if (a.has("--chat-template-file")) {
+    if (a.has("--template")) throw UsageError{"give either --template or --chat-template-file, not both"};
+    jinja_file_text = read_file(a.get("--chat-template-file"));
+    if (jinja_file_text.find("{{") == std::string::npos && jinja_file_text.find("{%") == std::string::npos)
+      throw UsageError{"--chat-template-file " + a.get("--chat-template-file") + " is not a Jinja template (no {{ or {%)"};
+  }
   infer_sampling_params sp = sampling_flags(a);
   const int32_t n_predict = static_cast<int32_t>(a.get_int("-n", "--n-predict", 256, 1, 1 << 24));
   infer_engine_params ep;
@@ -80,7 +89,26 @@ int cmd_chat(int argc, char** argv) {
   load_draft(a, ep, draft);
   Model model(model_path(a), backend_flag(a));
 
-  // The template: given by name, else the model's own, else chatml (with a notice).
+  // The template: a Jinja file, else given by name, else the model's own,
+  // else chatml (with a notice).
+  std::vector<std::string> stops;
+  if (!jinja_file_text.empty()) {
+    tmpl = jinja_file_text;
+    // A template that cannot render a plain exchange is refused now, not at
+    // the first turn.
+    std::vector<std::pair<std::string, std::string>> trial = {{"system", "s"}, {"user", "u"}, {"assistant", "a"},
+                                                              {"user", "u"}};
+    try {
+      (void)render(model.m, tmpl.c_str(), trial);
+    } catch (const ApiError& e) {
+      throw UsageError{"--chat-template-file " + a.get("--chat-template-file") + " does not render: " + e.msg};
+    }
+    // Its stop texts: those of the built-in templates that it writes.
+    for (int32_t t = 0; t < infer_chat_template_count(); ++t)
+      for (int32_t i = 0; const char* st = infer_chat_template_stop(infer_chat_template_name(t), i); ++i)
+        if (tmpl.find(st) != std::string::npos && std::find(stops.begin(), stops.end(), st) == stops.end())
+          stops.emplace_back(st);
+  }
   bool own_template = tmpl.empty();
   if (own_template) {
     size_t need = 0;
@@ -98,8 +126,8 @@ int cmd_chat(int argc, char** argv) {
       tmpl.resize(need - 1);
     }
   }
-  std::vector<std::string> stops;
-  for (int32_t i = 0; const char* s = infer_chat_template_stop(tmpl.c_str(), i); ++i) stops.emplace_back(s);
+  if (jinja_file_text.empty())
+    for (int32_t i = 0; const char* s = infer_chat_template_stop(tmpl.c_str(), i); ++i) stops.emplace_back(s);
   std::vector<const char*> stop_ptrs;
   for (const auto& s : stops) stop_ptrs.push_back(s.c_str());
 
@@ -112,7 +140,7 @@ int cmd_chat(int argc, char** argv) {
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   const bool quiet = a.flag("--quiet");
-  std::fprintf(stderr, "chat template: %s%s\n", tmpl.c_str(),
+  std::fprintf(stderr, "chat template: %s%s\n", jinja_file_text.empty() ? tmpl.c_str() : a.get("--chat-template-file").c_str(),
                interactive ? " (type /exit or Ctrl-D to quit)" : "");
 
   std::vector<std::pair<std::string, std::string>> msgs;

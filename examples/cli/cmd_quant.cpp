@@ -147,7 +147,7 @@ int cmd_synth(int argc, char** argv) {
 const Register kQuantize{{"quantize", "convert a model's weights to another format",
                           "infer quantize IN.gguf OUT.gguf TYPE [--method rtn|gptq|awq] [--calib FILE] [options]",
                           &kQuantizeFlags,
-                          "TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k f16 bf16 w8a8 int4 (int4_g32, int4_g64, int4_g128)",
+                          "TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k f16 bf16 f32 w8a8 int4 (int4_g32, int4_g64, int4_g128; w4a16 = int4)",
                           cmd_quantize}};
 const Register kSynth{{"synth", "write a random-weight model with a real model's shapes",
                        "infer synth --preset NAME [--type TYPE] -o OUT.gguf [options] | infer synth --list", &kSynthFlags,

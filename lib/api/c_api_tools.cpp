@@ -32,8 +32,8 @@ infer::DType parse_type(const char* name, int32_t group) {
   infer::DType t;
   if (!name || !infer::parse_quant_type(name, group, &t))
     infer::raise(infer::Status::InvalidArgument,
-                 "unknown weight format '%s' (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, f16, bf16, f32, w8a8, "
-                 "int4 with group 32/64/128)",
+                 "unknown weight format '%s' (q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k f16 bf16 f32 w8a8 int4 (int4_g32, "
+                 "int4_g64, int4_g128; w4a16 = int4), as infer quantize --help lists them)",
                  name ? name : "(null)");
   return t;
 }

@@ -472,6 +472,13 @@ std::unique_ptr<GgufFile> open_directory(const std::string& dir_in, bool use_mma
           "*.safetensors and tokenizer.json)", dir.c_str());
   const std::string cfg_text = read_text(cfg_path, uint64_t(16) << 20);
   Meta meta = config_metadata(cfg_text);
+  // A config.json without _name_or_path (most saved checkpoints): the
+  // directory's own name, as `infer info` and /v1/models show it.
+  if (std::none_of(meta.begin(), meta.end(), [](const auto& kv) { return kv.first == "general.name"; })) {
+    const size_t slash = dir.rfind('/');
+    const std::string base = slash == std::string::npos ? dir : dir.substr(slash + 1);
+    if (!base.empty() && base != "." && base != "..") meta.emplace_back("general.name", GgufValue::make_string(base));
+  }
   Json cfg_store;
   const Json& cfg = parse_object(cfg_text, "config.json", cfg_store);
   const Arch& arch = find_arch(cfg);
