@@ -34,8 +34,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
-	"time"
 	"unsafe"
 )
 
@@ -197,7 +197,10 @@ func LoadWith(path string, opts *ModelOptions) (*Model, error) {
 			p.vocab_only = 1
 		}
 	}
-	cpath := C.CString(path)
+	cpath, err := cString("infer_model_load", "path", path)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(cpath))
 	var out *C.infer_model
 	if err := call("infer_model_load", func() C.infer_status { return C.infer_model_load(cpath, &p, &out) }); err != nil {
@@ -208,7 +211,9 @@ func LoadWith(path string, opts *ModelOptions) (*Model, error) {
 	return m, nil
 }
 
-// Close frees the model once every Engine built on it is closed.
+// Close frees the model once every Engine built on it, and every Request
+// made by those engines, is closed (a request refers to the model's
+// vocabulary until it is freed).
 func (m *Model) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -233,6 +238,14 @@ func (m *Model) acquire() (*C.infer_model, error) {
 	}
 	m.engines++
 	return m.ptr, nil
+}
+
+// hold counts one more user of a model that an open engine already uses
+// (a request), whether or not Close was called since.
+func (m *Model) hold() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.engines++
 }
 
 func (m *Model) release() {
@@ -286,7 +299,10 @@ func (m *Model) Meta(key string) (string, error) {
 		return "", err
 	}
 	defer done()
-	ck := C.CString(key)
+	ck, err := cString("infer_model_meta", "key", key)
+	if err != nil {
+		return "", err
+	}
 	defer C.free(unsafe.Pointer(ck))
 	defer runtime.KeepAlive(m)
 	return sizedString("infer_model_meta", func(b *C.char, n C.size_t, nd *C.size_t) C.infer_status {
@@ -400,15 +416,25 @@ func (m *Model) ApplyChatTemplate(messages []ChatMessage, template string, addGe
 	arr := (*C.infer_chat_message)(C.malloc(C.size_t(n+1) * C.size_t(unsafe.Sizeof(C.infer_chat_message{}))))
 	defer C.free(unsafe.Pointer(arr))
 	msgs := unsafe.Slice(arr, n+1)
+	const op = "infer_chat_apply_template"
 	for i, msg := range messages {
-		msgs[i].role = C.CString(msg.Role)
-		msgs[i].content = C.CString(msg.Content)
-		defer C.free(unsafe.Pointer(msgs[i].role))
-		defer C.free(unsafe.Pointer(msgs[i].content))
+		role, err := cString(op, fmt.Sprintf("messages[%d].Role", i), msg.Role)
+		if err != nil {
+			return "", err
+		}
+		defer C.free(unsafe.Pointer(role))
+		content, err := cString(op, fmt.Sprintf("messages[%d].Content", i), msg.Content)
+		if err != nil {
+			return "", err
+		}
+		defer C.free(unsafe.Pointer(content))
+		msgs[i].role, msgs[i].content = role, content
 	}
 	var ct *C.char
 	if template != "" {
-		ct = C.CString(template)
+		if ct, err = cString(op, "template", template); err != nil {
+			return "", err
+		}
 		defer C.free(unsafe.Pointer(ct))
 	}
 	agp := C.int32_t(0)
@@ -430,12 +456,23 @@ func (m *Model) Generate(prompt string, p GenerateParams) (string, error) {
 	}
 	defer done()
 	defer runtime.KeepAlive(m)
-	cp := C.CString(prompt)
+	const op = "infer_generate"
+	sp, err := p.sampling(op)
+	if err != nil {
+		return "", err
+	}
+	maxTokens, err := cInt32(op, "MaxTokens", p.maxTokens())
+	if err != nil {
+		return "", err
+	}
+	cp, err := cString(op, "prompt", prompt)
+	if err != nil {
+		return "", err
+	}
 	defer C.free(unsafe.Pointer(cp))
-	sp := p.sampling()
 	var out *C.char
-	if err := call("infer_generate", func() C.infer_status {
-		return C.infer_generate(h, cp, &sp, C.int32_t(p.maxTokens()), &out)
+	if err := call(op, func() C.infer_status {
+		return C.infer_generate(h, cp, &sp, maxTokens, &out)
 	}); err != nil {
 		return "", err
 	}
@@ -469,23 +506,25 @@ func NewEngine(m *Model, p *EngineParams) (*Engine, error) {
 	var ep C.infer_engine_params
 	C.infer_engine_params_init(&ep)
 	if p != nil {
-		if p.NThreads != 0 {
-			ep.n_threads = C.int32_t(p.NThreads)
-		}
-		if p.KVBlocks != 0 {
-			ep.kv_blocks = C.int32_t(p.KVBlocks)
+		const op = "infer_engine_create"
+		for _, f := range []struct {
+			name string
+			v    int
+			dst  *C.int32_t
+		}{{"NThreads", p.NThreads, &ep.n_threads}, {"KVBlocks", p.KVBlocks, &ep.kv_blocks},
+			{"MaxSeqs", p.MaxSeqs, &ep.max_seqs}, {"MaxBatchTokens", p.MaxBatchTokens, &ep.max_batch_tokens},
+			{"NCtx", p.NCtx, &ep.n_ctx}} {
+			if f.v == 0 {
+				continue
+			}
+			v, err := cInt32(op, f.name, f.v)
+			if err != nil {
+				return nil, err
+			}
+			*f.dst = v
 		}
 		if p.KVBudgetBytes != 0 {
 			ep.kv_budget_bytes = C.uint64_t(p.KVBudgetBytes)
-		}
-		if p.MaxSeqs != 0 {
-			ep.max_seqs = C.int32_t(p.MaxSeqs)
-		}
-		if p.MaxBatchTokens != 0 {
-			ep.max_batch_tokens = C.int32_t(p.MaxBatchTokens)
-		}
-		if p.NCtx != 0 {
-			ep.n_ctx = C.int32_t(p.NCtx)
 		}
 		if p.NoPrefixCache {
 			ep.prefix_caching = 0
@@ -554,7 +593,7 @@ func (p GenerateParams) maxTokens() int {
 	return p.MaxTokens
 }
 
-func (p GenerateParams) sampling() C.infer_sampling_params {
+func (p GenerateParams) sampling(op string) (C.infer_sampling_params, error) {
 	var sp C.infer_sampling_params
 	C.infer_sampling_params_init(&sp)
 	if p.Temperature != 0 {
@@ -564,7 +603,11 @@ func (p GenerateParams) sampling() C.infer_sampling_params {
 		sp.temperature = 0
 	}
 	if p.TopK != 0 {
-		sp.top_k = C.int32_t(p.TopK)
+		v, err := cInt32(op, "TopK", p.TopK)
+		if err != nil {
+			return sp, err
+		}
+		sp.top_k = v
 	}
 	if p.TopP != 0 {
 		sp.top_p = C.float(p.TopP)
@@ -578,7 +621,7 @@ func (p GenerateParams) sampling() C.infer_sampling_params {
 		sp.repeat_penalty = C.float(p.RepeatPenalty)
 	}
 	sp.seed = C.uint64_t(p.Seed)
-	return sp
+	return sp, nil
 }
 
 // cParams is everything a request's parameters point to, in C memory.
@@ -600,12 +643,30 @@ func (c *cParams) free() {
 	c.allocs = nil
 }
 
-func newCParams(prompt string, tokens []int32, p GenerateParams) *cParams {
+func newCParams(prompt string, tokens []int32, p GenerateParams) (*cParams, error) {
+	const op = "infer_submit"
+	sampling, err := p.sampling(op)
+	if err != nil {
+		return nil, err
+	}
+	maxTokens, err := cInt32(op, "MaxTokens", p.maxTokens())
+	if err != nil {
+		return nil, err
+	}
+	priority, err := cInt32(op, "Priority", p.Priority)
+	if err != nil {
+		return nil, err
+	}
+	for i, s := range p.Stop {
+		if j := strings.IndexByte(s, 0); j >= 0 {
+			return nil, argError(op, "Stop[%d] contains a NUL byte at offset %d (a C string would end there)", i, j)
+		}
+	}
 	c := &cParams{}
 	c.rp = (*C.infer_request_params)(c.alloc(int(unsafe.Sizeof(C.infer_request_params{}))))
 	C.infer_request_params_init(c.rp)
 	sp := (*C.infer_sampling_params)(c.alloc(int(unsafe.Sizeof(C.infer_sampling_params{}))))
-	*sp = p.sampling()
+	*sp = sampling
 	if len(p.LogitBias) > 0 {
 		n := len(p.LogitBias)
 		toks := unsafe.Slice((*C.int32_t)(c.alloc(4*n)), n)
@@ -630,18 +691,14 @@ func newCParams(prompt string, tokens []int32, p GenerateParams) *cParams {
 		}
 		c.rp.n_prompt_tokens = C.size_t(len(tokens))
 	} else {
-		cp := (*C.char)(c.alloc(len(prompt) + 1))
-		copy(unsafe.Slice((*byte)(unsafe.Pointer(cp)), len(prompt)), prompt)
-		c.rp.prompt = cp
+		c.rp.prompt = cBytes(c.alloc, prompt) // NUL bytes allowed: prompt_len says where it ends
 		c.rp.prompt_len = C.size_t(len(prompt))
 	}
-	c.rp.max_tokens = C.int32_t(p.maxTokens())
+	c.rp.max_tokens = maxTokens
 	if len(p.Stop) > 0 {
 		arr := unsafe.Slice((**C.char)(c.alloc(int(unsafe.Sizeof((*C.char)(nil)))*len(p.Stop))), len(p.Stop))
 		for i, s := range p.Stop {
-			cs := (*C.char)(c.alloc(len(s) + 1))
-			copy(unsafe.Slice((*byte)(unsafe.Pointer(cs)), len(s)), s)
-			arr[i] = cs
+			arr[i] = cBytes(c.alloc, s) // checked above: no NUL byte
 		}
 		c.rp.stop = &arr[0]
 		c.rp.n_stop = C.size_t(len(p.Stop))
@@ -653,13 +710,17 @@ func newCParams(prompt string, tokens []int32, p GenerateParams) *cParams {
 	if p.ParseSpecial {
 		c.rp.parse_special = 1
 	}
-	c.rp.priority = C.int32_t(p.Priority)
-	return c
+	c.rp.priority = priority
+	return c, nil
 }
 
 // Submit queues a request and returns at once.
 func (e *Engine) Submit(prompt string, p GenerateParams) (*Request, error) {
-	return e.submit(newCParams(prompt, nil, p))
+	c, err := newCParams(prompt, nil, p)
+	if err != nil {
+		return nil, err
+	}
+	return e.submit(c)
 }
 
 // SubmitTokens queues a request whose prompt is token ids.
@@ -667,7 +728,11 @@ func (e *Engine) SubmitTokens(tokens []int32, p GenerateParams) (*Request, error
 	if tokens == nil {
 		tokens = []int32{}
 	}
-	return e.submit(newCParams("", tokens, p))
+	c, err := newCParams("", tokens, p)
+	if err != nil {
+		return nil, err
+	}
+	return e.submit(c)
 }
 
 func (e *Engine) submit(c *cParams) (*Request, error) {
@@ -682,7 +747,8 @@ func (e *Engine) submit(c *cParams) (*Request, error) {
 		c.free()
 		return nil, err
 	}
-	r := &Request{ptr: out, params: c}
+	e.model.hold() // released by r.Close: the request refers to the model
+	r := &Request{ptr: out, params: c, model: e.model}
 	r.buf = (*C.char)(C.malloc(C.size_t(bufSize)))
 	runtime.SetFinalizer(r, func(r *Request) { r.Close() })
 	return r, nil
@@ -756,206 +822,4 @@ func (e *Engine) Stats() (EngineStats, error) {
 	return EngineStats{int(s.n_running), int(s.n_waiting), int(s.kv_blocks_total), int(s.kv_blocks_used),
 		uint64(s.n_steps), uint64(s.n_prompt_tokens), uint64(s.n_generated_tokens), uint64(s.n_finished),
 		float64(s.uptime_s), float64(s.generated_tokens_per_s)}, nil
-}
-
-// ---- requests ----------------------------------------------------------------
-
-const bufSize = 4096
-
-// pollInterval is how often a waiting call looks at its context.
-const pollInterval = 50 * time.Millisecond
-
-// FinishReason is infer_finish_reason.
-type FinishReason int
-
-const (
-	FinishNone      FinishReason = C.INFER_FINISH_NONE
-	FinishStop      FinishReason = C.INFER_FINISH_STOP
-	FinishLength    FinishReason = C.INFER_FINISH_LENGTH
-	FinishCancelled FinishReason = C.INFER_FINISH_CANCELLED
-	FinishError     FinishReason = C.INFER_FINISH_ERROR
-)
-
-// RequestStats is infer_request_stats.
-type RequestStats struct {
-	FinishReason                                   FinishReason
-	Status                                         Status
-	NPromptTokens, NCachedTokens, NGeneratedTokens int
-	QueueMs, TTFTMs, TPOTMs, TotalMs               float64
-	PrefillTokensPerS, DecodeTokensPerS            float64
-	NPreemptions                                   int
-}
-
-// Request is one generation. Close it when done (it cancels an unfinished one).
-type Request struct {
-	mu     sync.RWMutex
-	ptr    *C.infer_request
-	params *cParams
-	buf    *C.char // next_text's buffer; used by one reader at a time
-	readMu sync.Mutex
-	piece  string
-	err    error
-	done   bool
-}
-
-// Close frees the request (cancelling it if unfinished).
-func (r *Request) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ptr != nil {
-		C.infer_request_free(r.ptr)
-		r.ptr = nil
-		r.params.free()
-		C.free(unsafe.Pointer(r.buf))
-		runtime.SetFinalizer(r, nil)
-	}
-	return nil
-}
-
-// Cancel asks the request to stop; safe from any goroutine.
-func (r *Request) Cancel() {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.ptr != nil {
-		C.infer_request_cancel(r.ptr)
-	}
-}
-
-// Stats reads the request's statistics.
-func (r *Request) Stats() (RequestStats, error) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.ptr == nil {
-		return RequestStats{}, ErrClosed
-	}
-	var s C.infer_request_stats
-	C.infer_request_stats_init(&s)
-	if err := call("infer_request_get_stats", func() C.infer_status { return C.infer_request_get_stats(r.ptr, &s) }); err != nil {
-		return RequestStats{}, err
-	}
-	return RequestStats{FinishReason(s.finish_reason), Status(s.status), int(s.n_prompt_tokens),
-		int(s.n_cached_tokens), int(s.n_generated_tokens), float64(s.queue_ms), float64(s.ttft_ms),
-		float64(s.tpot_ms), float64(s.total_ms), float64(s.prefill_tokens_per_s), float64(s.decode_tokens_per_s),
-		int(s.n_preemptions)}, nil
-}
-
-// Text is the text generated so far.
-func (r *Request) Text() (string, error) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.ptr == nil {
-		return "", ErrClosed
-	}
-	return sizedString("infer_request_text", func(b *C.char, n C.size_t, nd *C.size_t) C.infer_status {
-		return C.infer_request_text(r.ptr, b, n, nd)
-	})
-}
-
-// NextText waits up to timeout (< 0: no limit) for new text: (text, finished).
-// The text never ends inside a UTF-8 sequence; "" on a timeout.
-func (r *Request) NextText(timeout time.Duration) (string, bool, error) {
-	r.readMu.Lock()
-	defer r.readMu.Unlock()
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.ptr == nil {
-		return "", true, ErrClosed
-	}
-	ms := C.int32_t(-1)
-	if timeout >= 0 {
-		ms = C.int32_t(timeout / time.Millisecond)
-	}
-	var n C.size_t
-	var fin C.int32_t
-	if err := call("infer_request_next_text", func() C.infer_status {
-		return C.infer_request_next_text(r.ptr, ms, r.buf, bufSize, &n, &fin)
-	}); err != nil {
-		return "", true, err
-	}
-	return C.GoStringN(r.buf, C.int(n)), fin != 0, nil
-}
-
-// failure is the request's error when it finished with INFER_FINISH_ERROR.
-func (r *Request) failure() error {
-	st, err := r.Stats()
-	if err != nil {
-		return err
-	}
-	if st.FinishReason == FinishError {
-		r.mu.RLock()
-		msg := C.GoString(C.infer_request_error(r.ptr))
-		r.mu.RUnlock()
-		return &Error{Op: "request", Status: st.Status, Message: msg}
-	}
-	return nil
-}
-
-// Next waits for the next text piece, like bufio.Scanner: it returns false
-// at the end (then Err says why, nil for a normal finish). A done ctx
-// cancels the request and Err returns ctx.Err().
-func (r *Request) Next(ctx context.Context) bool {
-	for !r.done {
-		if ctx.Err() != nil {
-			r.Cancel()
-			r.err, r.done = ctx.Err(), true
-			return false
-		}
-		piece, finished, err := r.NextText(pollInterval)
-		if err != nil {
-			r.err, r.done = err, true
-			return false
-		}
-		if finished {
-			r.done = true
-			r.err = r.failure()
-		}
-		if piece != "" {
-			r.piece = piece
-			return true
-		}
-	}
-	return false
-}
-
-// Piece is the text Next found.
-func (r *Request) Piece() string { return r.piece }
-
-// Err is why Next returned false (nil: the request finished normally).
-func (r *Request) Err() error { return r.err }
-
-// Chunk is one item of Stream: a text piece, or the error that ended it.
-type Chunk struct {
-	Text string
-	Err  error
-}
-
-// Stream delivers the text pieces on a channel that is closed at the end; a
-// final Chunk with Err set reports a failure or ctx.Err(). A done ctx cancels
-// the request. Drain the channel (or cancel ctx) before Close.
-func (r *Request) Stream(ctx context.Context) <-chan Chunk {
-	ch := make(chan Chunk, 16)
-	go func() {
-		defer close(ch)
-		for r.Next(ctx) {
-			select {
-			case ch <- Chunk{Text: r.Piece()}:
-			case <-ctx.Done():
-				r.Cancel()
-			}
-		}
-		if r.Err() != nil {
-			ch <- Chunk{Err: r.Err()}
-		}
-	}()
-	return ch
-}
-
-// Wait returns the whole text once the request finished (ctx cancels it).
-func (r *Request) Wait(ctx context.Context) (string, error) {
-	for r.Next(ctx) {
-	}
-	if r.Err() != nil {
-		return "", r.Err()
-	}
-	return r.Text()
 }

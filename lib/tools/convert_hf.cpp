@@ -1,6 +1,10 @@
 #include "tools/convert_hf.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -9,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_stream.h"
 #include "hf/hf.h"
+#include "model/model.h"
 #include "quant/dequant.h"
 #include "quant/formats.h"
 
@@ -21,12 +26,60 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
+// Runs the loader (Model::load: the GGUF reader's checks, the metadata and
+// shapes the architecture reads, tensor types, the vocabulary, finite
+// weights) on `path`; its refusal is rethrown with `what` in front.
+std::unique_ptr<Model> load_checked(const std::string& path, const char* what) {
+  try {
+    return Model::load(path);
+  } catch (const Error& e) {
+    raise(e.status(), "%s: %s", what, e.what());
+  }
+}
+
+// The file being written, removed unless it was renamed into place: a refused
+// or failed conversion leaves nothing behind at the output path (nor beside it).
+struct TempOutput {
+  std::string path;
+  bool keep = false;
+  explicit TempOutput(const std::string& out) : path(out + ".unchecked." + std::to_string(::getpid())) {}
+  ~TempOutput() {
+    if (!keep) std::remove(path.c_str());
+  }
+};
+
+QuantizeStats write_gguf(const GgufFile& view, const std::string& out_path, const ConvertHfOptions& o);
+
 }  // namespace
 
+// The output is what the loader accepts, or nothing. The directory is loaded
+// first, by the loader itself (the view convert reads is the one Model::load
+// builds), so whatever it would refuse is refused before anything is
+// written. The file is then written under a temporary name and loaded again
+// before it takes the output's name, since converting can make a loadable
+// view unloadable (a BF16 weight beyond F16's range becomes Inf, say).
 QuantizeStats convert_hf(const std::string& dir, const std::string& out_path, const ConvertHfOptions& o) {
   if (!o.keep_types && !can_quantize(o.type)) raise(Status::InvalidArgument, "cannot convert to %s", dtype_name(o.type));
   if (!hf::is_directory(dir)) raise(Status::InvalidArgument, "'%s' is not a directory", dir.c_str());
-  std::unique_ptr<GgufFile> in = hf::open_directory(dir, true, false);
+  QuantizeStats st;
+  {
+    const std::unique_ptr<Model> model =
+        load_checked(dir, strformat("'%s' would not load, so it is not converted", dir.c_str()).c_str());
+    TempOutput tmp(out_path);
+    st = write_gguf(model->gguf(), tmp.path, o);
+    load_checked(tmp.path, "the converted file would not load, so it is not written");
+    if (std::rename(tmp.path.c_str(), out_path.c_str()) != 0)
+      raise(Status::Io, "cannot rename '%s' to '%s': %s", tmp.path.c_str(), out_path.c_str(), std::strerror(errno));
+    tmp.keep = true;
+  }
+  if (o.progress) o.progress(1.0, "done");
+  return st;
+}
+
+namespace {
+
+QuantizeStats write_gguf(const GgufFile& view, const std::string& out_path, const ConvertHfOptions& o) {
+  const GgufFile* in = &view;
   const std::string arch = in->get_string("general.architecture").value_or("");
   const int64_t n_head = in->get_int(arch + ".attention.head_count").value_or(0);
   const int64_t n_head_kv = in->get_int(arch + ".attention.head_count_kv").value_or(n_head);
@@ -145,8 +198,9 @@ QuantizeStats convert_hf(const std::string& dir, const std::string& out_path, co
     done += t.nbytes;
   }
   w.finish();
-  if (o.progress) o.progress(1.0, "done");
   return st;
 }
+
+}  // namespace
 
 }  // namespace infer

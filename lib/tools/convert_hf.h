@@ -31,7 +31,13 @@ struct ConvertHfOptions {
   std::function<void(const std::string&)> note;
 };
 
-// Error(Io/Format/Unsupported) as the directory loader reports them;
+// The output is a file the loader accepts, or nothing: the directory is
+// loaded by Model::load first (its GGUF, metadata, shape, tensor type,
+// vocabulary and finite-weight checks), and the written file is loaded again
+// under a temporary name before it takes out_path's (converting can make a
+// finite weight infinite). A refusal is the loader's Error, with what was
+// refused in front; out_path is then left as it was.
+// Error(Io/Format/Unsupported) as the loader reports them;
 // Error(InvalidArgument) for a type that cannot be written.
 QuantizeStats convert_hf(const std::string& dir, const std::string& out_path, const ConvertHfOptions& o);
 

@@ -22,11 +22,12 @@ import json
 import os
 import threading
 import time
+import weakref
 from ctypes import byref, c_char_p, c_int32, c_size_t, c_void_p, POINTER
-from dataclasses import dataclass, fields
 from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
+from . import _convert as _cv
 from . import _lib as _c
 from ._lib import LibraryNotFound, lib as _get_lib
 
@@ -178,6 +179,19 @@ def _to_bytes(text: Union[str, bytes]) -> bytes:
     return text if isinstance(text, bytes) else text.encode("utf-8")
 
 
+def _text_bytes(text: Union[str, bytes], name: str) -> bytes:
+    """Text passed with its length (NUL bytes allowed): str as UTF-8, bytes as is."""
+    if isinstance(text, (bytes, bytearray)):
+        return bytes(text)
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be str, bytes or a list of token ids, not {type(text).__name__}")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InferInvalidArgument(Status.ERR_INVALID_ARGUMENT,
+                                   f"{name} is not valid UTF-8 text ({e.reason} at {e.start})") from None
+
+
 def _sized_string(call: Any, function: str, initial: int = 256) -> bytes:
     """Runs call(buf, size, needed_ptr) with the grow-and-retry convention."""
     size = initial
@@ -225,91 +239,8 @@ class _Guard:
         return h
 
 
-# ---- stats as dataclasses ----------------------------------------------------------------
-
-def _from_struct(cls: Any, s: ctypes.Structure) -> Any:
-    kw = {}
-    for f in fields(cls):
-        v = getattr(s, f.name)
-        if isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
-        elif v is None and f.type in ("str", str):
-            v = ""
-        kw[f.name] = v
-    return cls(**kw)
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    architecture: str
-    name: str
-    tokenizer: str
-    n_vocab: int
-    n_ctx_train: int
-    n_embd: int
-    n_layer: int
-    n_head: int
-    n_head_kv: int
-    n_ff: int
-    n_rot: int
-    rope_freq_base: float
-    rms_norm_eps: float
-    n_params: int
-    n_bytes: int
-    n_tensors: int
-    bos_token: int
-    eos_token: int
-    vocab_only: int
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    type: str
-    shape: Tuple[int, ...]
-    n_bytes: int
-
-
-@dataclass(frozen=True)
-class RequestStats:
-    finish_reason: FinishReason
-    status: Status
-    n_prompt_tokens: int
-    n_cached_tokens: int
-    n_generated_tokens: int
-    queue_ms: float
-    ttft_ms: float
-    tpot_ms: float
-    total_ms: float
-    prefill_tokens_per_s: float
-    decode_tokens_per_s: float
-    n_preemptions: int
-
-
-@dataclass(frozen=True)
-class EngineStats:
-    n_running: int
-    n_waiting: int
-    kv_blocks_total: int
-    kv_blocks_used: int
-    kv_block_size: int
-    kv_bytes_total: int
-    kv_bytes_used: int
-    n_steps: int
-    n_prompt_tokens: int
-    n_generated_tokens: int
-    kv_blocks_free: int
-    kv_blocks_cached: int
-    host_kv_blocks_total: int
-    host_kv_blocks_used: int
-    prefix_query_tokens: int
-    prefix_hit_tokens: int
-    n_preemptions: int
-    kv_evictions: int
-    kv_type: KVType
-    n_finished: int
-    uptime_s: float
-    generated_tokens_per_s: float
+from ._types import (EngineStats, ModelInfo, RequestStats, TensorInfo,  # noqa: E402
+                     _from_struct)
 
 
 # ---- model -----------------------------------------------------------------------------------
@@ -337,12 +268,12 @@ class Model:
         self._engine_params = dict(engine_params or {})
         p = _c.ModelParams()
         L.infer_model_params_init(byref(p))
-        p.backend = int(backend)
+        _cv.set_field(p, "backend", backend)
         p.use_mmap = 1 if use_mmap else 0
         p.vocab_only = 1 if vocab_only else 0
         h = c_void_p()
-        _check(L.infer_model_load(os.fsencode(os.fspath(path)), byref(p), byref(h)),
-               "infer_model_load")
+        _check(L.infer_model_load(_cv.to_cstr(os.fsencode(os.fspath(path)), "path"), byref(p),
+                                  byref(h)), "infer_model_load")
         self._raw = h.value
         self._g = _Guard(h.value, "model")
         self.path = os.fspath(path)
@@ -372,6 +303,13 @@ class Model:
         if self._closing and self._users == 0 and self._raw is not None:
             self._lib.infer_model_free(self._raw)
             self._raw = None
+
+    def _hold(self) -> None:
+        """One more user of a model an open engine already uses (a request:
+        its handle refers to the model's vocabulary until it is freed)."""
+        with self._lock:
+            assert self._raw is not None and self._users > 0
+            self._users += 1
 
     def _acquire(self) -> int:
         with self._lock:
@@ -417,8 +355,9 @@ class Model:
 
     def meta(self, key: str) -> Optional[str]:
         """A metadata value as text, or None when the key is absent."""
+        k = _cv.to_cstr(key, "key")
         try:
-            raw = _sized_string(lambda b, n, nd: self._c("infer_model_meta", key.encode(), b, n, nd), "infer_model_meta")
+            raw = _sized_string(lambda b, n, nd: self._c("infer_model_meta", k, b, n, nd), "infer_model_meta")
         except InferNotFound:
             return None
         return raw.decode("utf-8", "replace")
@@ -437,7 +376,7 @@ class Model:
     def tokenize(self, text: Union[str, bytes], add_bos: Optional[bool] = None,
                  special: bool = False) -> List[int]:
         """Token ids of text. add_bos None: as the vocabulary says."""
-        data = _to_bytes(text)
+        data = _text_bytes(text, "text")
         bos = -1 if add_bos is None else int(bool(add_bos))
         cap = len(data) + 8
         while True:
@@ -452,12 +391,13 @@ class Model:
             return list(arr[: n.value])
 
     def detokenize(self, tokens: Sequence[int], render_special: bool = False) -> str:
-        arr = (c_int32 * len(tokens))(*tokens)
+        arr = _cv.array(c_int32, tokens, "tokens")
         raw = _sized_string(lambda b, n, nd: self._c("infer_detokenize", arr, len(tokens), int(render_special), b, n, nd), "infer_detokenize",
             initial=max(64, 8 * len(tokens)))
         return raw.decode("utf-8", "replace")
 
     def token_piece(self, token: int) -> bytes:
+        token = _cv.to_int(c_int32, token, "token")
         buf = ctypes.create_string_buffer(256)
         n = c_size_t(0)
         st = self._c("infer_token_piece", token, buf, 256, byref(n))
@@ -468,7 +408,7 @@ class Model:
         return buf.raw[: n.value]
 
     def token_is_eog(self, token: int) -> bool:
-        return bool(self._c("infer_token_is_eog", token))
+        return bool(self._c("infer_token_is_eog", _cv.to_int(c_int32, token, "token")))
 
     # chat
     def chat_template(self) -> Optional[str]:
@@ -483,12 +423,13 @@ class Model:
     def apply_chat_template(self, messages: Iterable[ChatMessage], template: Optional[str] = None,
                             add_generation_prompt: bool = True) -> str:
         msgs = list(messages)
-        keep = [(_to_bytes(m["role"]), _to_bytes(m["content"])) for m in msgs]
+        keep = [(_cv.to_cstr(m["role"], f"messages[{i}].role"),
+                 _cv.to_cstr(m["content"], f"messages[{i}].content")) for i, m in enumerate(msgs)]
         arr = (_c.ChatMessageC * max(1, len(keep)))()
         for i, (r, c) in enumerate(keep):
             arr[i].role = r
             arr[i].content = c
-        name = template.encode() if template is not None else None
+        name = _cv.to_cstr(template, "template")
         raw = _sized_string(lambda b, n, nd: self._c("infer_chat_apply_template", name, arr, len(keep), int(add_generation_prompt), b, n, nd),
             "infer_chat_apply_template", initial=1024)
         return raw.decode("utf-8")
@@ -496,8 +437,8 @@ class Model:
     def apply_chat_template_json(self, context: Dict[str, Any], template: Optional[str] = None) -> str:
         """Renders a conversation given as Hugging Face's apply_chat_template
         variables (messages with tool calls, tools, enable_thinking, ...)."""
-        name = template.encode() if template is not None else None
-        ctx = json.dumps(context, ensure_ascii=False).encode("utf-8")
+        name = _cv.to_cstr(template, "template")
+        ctx = _cv.to_cstr(json.dumps(context, ensure_ascii=False), "context")
         raw = _sized_string(lambda b, n, nd: self._c("infer_chat_apply_template_json", name, ctx, b, n, nd),
             "infer_chat_apply_template_json", initial=1024)
         return raw.decode("utf-8")
@@ -511,7 +452,7 @@ class Model:
         stops = list(kw.pop("stop", None) or [])
         i = 0
         while name:
-            s = self._lib.infer_chat_template_stop(name.encode(), i)
+            s = self._lib.infer_chat_template_stop(_cv.to_cstr(name, "template"), i)
             if not s:
                 break
             stops.append(s.decode())
@@ -581,7 +522,7 @@ class Engine:
         p = _c.EngineParams()
         self._lib.infer_engine_params_init(byref(p))
         for k, v in params.items():
-            setattr(p, k, int(v) if k != "batch_timeout_ms" else float(v))
+            _cv.set_field(p, k, v)
         mh = model._acquire()
         h = c_void_p()
         try:
@@ -597,6 +538,8 @@ class Engine:
                 self._lib.infer_engine_free(h.value)
                 model._release()
         self._g = _Guard(h.value, "engine")
+        self._requests: "weakref.WeakSet[Request]" = weakref.WeakSet()
+        self._requests_lock = threading.Lock()
 
     def _c(self, name: str, *args: Any) -> Any:
         return self._g.call(self._lib, name, *args)
@@ -612,6 +555,10 @@ class Engine:
         Request objects stay usable (they report what they had)."""
         h = self._g.retire()  # waits for calls in flight on other threads
         if h is not None:
+            with self._requests_lock:
+                live = list(self._requests)
+            for r in live:  # their streams end with InferCancelled, not silently
+                r._engine_closed = True
             self._lib.infer_engine_free(h)
             self._model._release()
 
@@ -653,33 +600,39 @@ class Engine:
         self._lib.infer_request_params_init(byref(rp))
         for k in list(kw):
             if k in _SAMPLING_KEYS:
-                setattr(sp, k, kw.pop(k))
+                _cv.set_field(sp, k, kw.pop(k))
         bias = kw.pop("logit_bias", None)
         if bias:
-            toks = (c_int32 * len(bias))(*bias.keys())
-            vals = (ctypes.c_float * len(bias))(*bias.values())
+            if not isinstance(bias, Mapping):
+                raise TypeError(f"logit_bias must be a mapping token -> bias, not {type(bias).__name__}")
+            items = list(bias.items())
+            toks = (c_int32 * len(items))(
+                *[_cv.to_int(c_int32, t, "logit_bias key") for t, _ in items])
+            vals = (ctypes.c_float * len(items))(
+                *[_cv.to_float(ctypes.c_float, v, f"logit_bias[{t!r}]") for t, v in items])
             keep += [toks, vals]
             sp.logit_bias_tokens = toks
             sp.logit_bias_values = vals
-            sp.n_logit_bias = len(bias)
+            sp.n_logit_bias = len(items)
         keep.append(sp)
         rp.sampling = ctypes.pointer(sp)
         if isinstance(prompt, (str, bytes)):
-            data = _to_bytes(prompt)
+            data = _text_bytes(prompt, "prompt")
             keep.append(data)
-            rp.prompt = data
+            rp.prompt = data  # may hold NUL bytes: prompt_len says where it ends
             rp.prompt_len = len(data)
         else:
-            toks = (c_int32 * len(prompt))(*prompt)
+            toks = _cv.array(c_int32, prompt, "prompt")
             keep.append(toks)
             rp.prompt_tokens = toks
-            rp.n_prompt_tokens = len(prompt)
-        rp.max_tokens = int(max_tokens)
+            rp.n_prompt_tokens = len(toks)
+        _cv.set_field(rp, "max_tokens", max_tokens)
         stop = kw.pop("stop", None)
         if stop:
             if isinstance(stop, (str, bytes)):
                 stop = [stop]
-            arr = (c_char_p * len(stop))(*[_to_bytes(s) for s in stop])
+            stop = list(stop)
+            arr = (c_char_p * len(stop))(*[_cv.to_cstr(s, f"stop[{i}]") for i, s in enumerate(stop)])
             keep.append(arr)
             rp.stop = arr
             rp.n_stop = len(stop)
@@ -687,7 +640,7 @@ class Engine:
         rp.add_bos = -1 if add_bos is None else int(bool(add_bos))
         for k in ("parse_special", "ignore_eos", "no_prefix_cache", "cache_salt", "priority"):
             if k in kw:
-                setattr(rp, k, int(kw.pop(k)))
+                _cv.set_field(rp, k, kw.pop(k))
         if kw:
             raise TypeError(f"unknown generation parameter(s): {', '.join(sorted(kw))}")
         return rp, keep
@@ -703,8 +656,9 @@ class Engine:
     def submit_n(self, prompt: Union[str, bytes, Sequence[int]], n: int, max_tokens: int = 64,
                  **kw: Any) -> List["Request"]:
         """n samples of one prompt sharing its KV blocks (sample i uses seed + i)."""
+        n = _cv.to_int(c_int32, n, "n")
         rp, keep = self._params(prompt, max_tokens, dict(kw))
-        hs = (c_void_p * n)()
+        hs = (c_void_p * max(n, 1))()
         _check(self._c("infer_submit_n", byref(rp), n, hs), "infer_submit_n")
         return [Request(self, hs[i], keep) for i in range(n)]
 
@@ -742,8 +696,14 @@ class Request:
     def __init__(self, engine: Engine, handle: int, keep: List[Any]) -> None:
         self._engine = engine
         self._lib = engine._lib
+        self._model: Optional[Model] = engine._model
+        self._model._hold()  # the handle refers to the model until it is freed
         self._g = _Guard(handle, "request")
         self._keep = keep
+        self._cancel_asked = False  # cancel() or a timeout of this binding
+        self._engine_closed = False  # set by Engine.close() while this request lived
+        with engine._requests_lock:
+            engine._requests.add(self)
         self._read_lock = threading.Lock()  # next_text's buffer
         self._buf = ctypes.create_string_buffer(4096)
         self._streamed: List[str] = []
@@ -757,7 +717,11 @@ class Request:
     def close(self) -> None:
         h = self._g.retire()  # waits for calls in flight (cancel, stats, ...) on other threads
         if h is not None:
+            self._cancel_asked = True
             self._lib.infer_request_free(h)
+            model, self._model = self._model, None
+            if model is not None:
+                model._release()  # the model is freed once closed and unused
 
     def __del__(self) -> None:
         try:
@@ -778,6 +742,7 @@ class Request:
 
     def cancel(self) -> None:
         """Asks the request to stop (safe from any thread; a no-op once closed)."""
+        self._cancel_asked = True
         try:
             st = self._c("infer_request_cancel")
         except InferInvalidArgument:
@@ -807,7 +772,7 @@ class Request:
     def next_text(self, timeout: Optional[float] = None) -> Tuple[str, bool]:
         """Waits up to timeout seconds (None: no limit) for new text.
         Returns (text, finished); text is "" on a timeout."""
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        ms = _cv.timeout_ms(timeout)
         n = c_size_t(0)
         fin = c_int32(0)
         with self._read_lock:
@@ -817,7 +782,10 @@ class Request:
 
     def next_tokens(self, timeout: Optional[float] = None, capacity: int = 256
                     ) -> Tuple[List[int], bool]:
-        ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        ms = _cv.timeout_ms(timeout)
+        capacity = _cv.to_int(c_size_t, capacity, "capacity")
+        if capacity < 1:
+            raise InferInvalidArgument(Status.ERR_INVALID_ARGUMENT, f"capacity = {capacity} must be at least 1")
         arr = (c_int32 * capacity)()
         n = c_size_t(0)
         fin = c_int32(0)
@@ -858,6 +826,14 @@ class Request:
         if st.finish_reason == FinishReason.ERROR:
             msg = (self._c("infer_request_error") or b"").decode("utf-8", "replace")
             raise _ERRORS.get(st.status, InferError)(int(st.status), msg, "request")
+        if st.finish_reason == FinishReason.CANCELLED and not self._cancel_asked:
+            # Not this handle's cancel(): the engine (or the model that made
+            # it) was closed, or stopped, under the request.
+            why = ("its engine was closed (Engine.close, or Model.close for the model's own engine)"
+                   if self._engine_closed else "its engine was stopped")
+            raise InferCancelled(Status.ERR_CANCELLED,
+                                 f"the request was cancelled before it finished: {why}; "
+                                 f"{st.n_generated_tokens} tokens were generated", "request")
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits until the request finished; False on a timeout. Reads nothing:

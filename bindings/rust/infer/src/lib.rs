@@ -25,11 +25,12 @@
 //! - The caller-driven mode (`infer_engine_step`), in which an engine and its
 //!   requests may only be used by one thread at a time, is left to `infer-sys`.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::fmt;
 use std::os::raw::c_char;
 use std::path::Path;
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,43 +101,8 @@ impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;
 
-fn check(code: i32) -> Result<()> {
-    if code == sys::INFER_OK {
-        Ok(())
-    } else {
-        Err(Error::last(code))
-    }
-}
-
-unsafe fn cstr(p: *const c_char) -> String {
-    if p.is_null() {
-        String::new()
-    } else {
-        CStr::from_ptr(p).to_string_lossy().into_owned()
-    }
-}
-
-fn cstring(s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| Error::new(Status::InvalidArgument, "string contains a NUL byte"))
-}
-
-/// Runs the grow-and-retry convention of libinfer's string outputs.
-fn sized_string(mut call: impl FnMut(*mut c_char, usize, *mut usize) -> i32) -> Result<String> {
-    let mut size = 256usize;
-    loop {
-        let mut buf = vec![0u8; size];
-        let mut needed = 0usize;
-        let st = call(buf.as_mut_ptr() as *mut c_char, size, &mut needed);
-        if st == sys::INFER_ERR_BUFFER_TOO_SMALL && needed > size {
-            size = needed;
-            continue;
-        }
-        check(st)?;
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        buf.truncate(end);
-        return String::from_utf8(buf).map_err(|e| Error::new(Status::Internal, e.to_string()));
-    }
-}
+mod convert;
+use convert::{check, cstr, cstring, sized_string, timeout_ms};
 
 /// `infer_version()` of the linked library.
 pub fn version() -> String {
@@ -287,7 +253,7 @@ impl Model {
 
     /// A metadata value as text; None when the key is absent.
     pub fn meta(&self, key: &str) -> Result<Option<String>> {
-        let k = cstring(key)?;
+        let k = cstring(key, "key")?;
         match sized_string(|b, n, nd| unsafe { sys::infer_model_meta(self.inner.0, k.as_ptr(), b, n, nd) }) {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.status == Status::NotFound => Ok(None),
@@ -348,7 +314,7 @@ impl Model {
     /// sampling fields of `params`; stop strings, logit bias and the other
     /// request fields need an [`Engine`].
     pub fn generate(&self, prompt: &str, params: &GenerateParams) -> Result<String> {
-        let p = cstring(prompt)?;
+        let p = cstring(prompt, "prompt")?;
         let sp = params.sampling();
         let mut out: *mut c_char = ptr::null_mut();
         check(unsafe { sys::infer_generate(self.inner.0, p.as_ptr(), &sp, params.max_tokens, &mut out) })?;
@@ -362,13 +328,15 @@ impl Model {
                                add_generation_prompt: bool) -> Result<String> {
         let owned: Vec<(CString, CString)> = messages
             .iter()
-            .map(|m| Ok((cstring(m.role)?, cstring(m.content)?)))
+            .enumerate()
+            .map(|(i, m)| Ok((cstring(m.role, &format!("messages[{}].role", i))?,
+                              cstring(m.content, &format!("messages[{}].content", i))?)))
             .collect::<Result<_>>()?;
         let raw: Vec<sys::infer_chat_message> = owned
             .iter()
             .map(|(r, c)| sys::infer_chat_message { role: r.as_ptr(), content: c.as_ptr() })
             .collect();
-        let t = template.map(cstring).transpose()?;
+        let t = template.map(|t| cstring(t, "template")).transpose()?;
         let tp = t.as_ref().map_or(ptr::null(), |t| t.as_ptr());
         sized_string(|b, n, nd| unsafe {
             sys::infer_chat_apply_template(self.inner.0, tp, raw.as_ptr(), raw.len(),
@@ -494,7 +462,8 @@ impl Drop for EngineHandle {
 }
 
 /// KV cache and scheduler, stepped by libinfer's background thread.
-/// Dropping it cancels what is still running (requests stay readable).
+/// Dropping it cancels what is still running: requests stay readable, and a
+/// live stream or wait_text of one ends with Err(Cancelled).
 pub struct Engine {
     inner: EngineHandle,
 }
@@ -621,7 +590,8 @@ unsafe impl Sync for Keep {}
 
 impl Keep {
     fn new(prompt: Prompt<'_>, params: &GenerateParams) -> Result<Keep> {
-        let stops: Vec<CString> = params.stop.iter().map(|s| cstring(s)).collect::<Result<_>>()?;
+        let stops: Vec<CString> = params.stop.iter().enumerate()
+            .map(|(i, s)| cstring(s, &format!("stop[{}]", i))).collect::<Result<_>>()?;
         let stop_ptrs = stops.iter().map(|s| s.as_ptr()).collect();
         let (p, t, is_tokens) = match prompt {
             Prompt::Text(s) => (s.as_bytes().to_vec(), Vec::new(), false),
@@ -671,6 +641,9 @@ impl Keep {
 
 struct RequestHandle {
     raw: *mut sys::infer_request,
+    /// cancel() was called on this request (a CANCELLED finish is then the
+    /// caller's own, not an engine dropped under it).
+    cancel_asked: AtomicBool,
     _keep: Keep,
     _model: Model, // a request outlives its engine (infer.h); keep the model too, to be safe
 }
@@ -740,6 +713,7 @@ pub struct Canceller {
 
 impl Canceller {
     pub fn cancel(&self) {
+        self.inner.cancel_asked.store(true, Ordering::SeqCst);
         unsafe { sys::infer_request_cancel(self.inner.raw) };
     }
 }
@@ -748,10 +722,12 @@ const POLL: Duration = Duration::from_millis(100);
 
 impl Request {
     fn from_raw(raw: *mut sys::infer_request, keep: Keep, model: Model) -> Request {
-        Request { inner: Arc::new(RequestHandle { raw, _keep: keep, _model: model }), buf: vec![0u8; 4096] }
+        Request { inner: Arc::new(RequestHandle { raw, cancel_asked: AtomicBool::new(false), _keep: keep, _model: model }),
+                  buf: vec![0u8; 4096] }
     }
 
     pub fn cancel(&self) {
+        self.inner.cancel_asked.store(true, Ordering::SeqCst);
         unsafe { sys::infer_request_cancel(self.inner.raw) };
     }
 
@@ -790,7 +766,7 @@ impl Request {
     /// Waits up to `timeout` (None: no limit) for new text; returns (text,
     /// finished). Never a split UTF-8 sequence; "" on a timeout.
     pub fn next_text(&mut self, timeout: Option<Duration>) -> Result<(String, bool)> {
-        let ms = timeout.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
+        let ms = timeout_ms(timeout);
         let mut n = 0usize;
         let mut fin = 0i32;
         check(unsafe {
@@ -815,6 +791,12 @@ impl Request {
             return Err(Error { status: Status::from_raw(st.status),
                                message: unsafe { cstr(sys::infer_request_error(self.inner.raw)) } });
         }
+        if st.finish_reason == sys::INFER_FINISH_CANCELLED && !self.inner.cancel_asked.load(Ordering::SeqCst) {
+            // Not this request's cancel(): its engine was dropped (or stopped) under it.
+            return Err(Error::new(Status::Cancelled, format!(
+                "the request was cancelled before it finished: its engine was dropped or stopped; \
+                 {} tokens were generated", st.n_generated_tokens)));
+        }
         Ok(())
     }
 
@@ -823,7 +805,7 @@ impl Request {
         loop {
             // infer_request_wait: no wake-up per token while the request runs.
             let mut fin = 0i32;
-            check(unsafe { sys::infer_request_wait(self.inner.raw, POLL.as_millis() as i32, &mut fin) })?;
+            check(unsafe { sys::infer_request_wait(self.inner.raw, timeout_ms(Some(POLL)), &mut fin) })?;
             if fin != 0 {
                 break;
             }

@@ -305,3 +305,62 @@ fn every_function_of_infer_h_is_declared_in_infer_sys() {
     assert!(n > 50, "only {} declarations found", n);
     assert!(missing.is_empty(), "infer-sys lacks: {:?}", missing);
 }
+
+/// Issue 27: dropping the engine under a live stream ends the stream with
+/// Err(Cancelled), never silently; the caller's own cancel is no error.
+#[test]
+fn dropping_the_engine_ends_a_live_stream_with_an_error() {
+    let path = model_or_skip!();
+    let model = Model::load(&path).unwrap();
+    let engine = small_engine(&model);
+    let long = GenerateParams { max_tokens: 2000, ignore_eos: true, ..Default::default() };
+    let mut stream = engine.stream(PROMPT, &long).unwrap();
+    stream.next().unwrap().unwrap();
+    drop(engine);
+    drop(model);
+    let mut last = None;
+    for piece in stream.by_ref() {
+        last = Some(piece);
+    }
+    let err = last.expect("the stream ended without a word").unwrap_err();
+    assert_eq!(err.status, Status::Cancelled, "{}", err);
+    assert!(err.message.contains("engine was dropped"), "{}", err);
+    assert_eq!(stream.request().stats().unwrap().finish_reason, infer::FinishReason::Cancelled);
+
+    // wait_text too.
+    let model = Model::load(&path).unwrap();
+    let engine = small_engine(&model);
+    let req = engine.submit(PROMPT, &long).unwrap();
+    drop(engine);
+    assert_eq!(req.wait_text().unwrap_err().status, Status::Cancelled);
+
+    // The request's own cancel ends it without an error.
+    let engine = small_engine(&model);
+    let mut stream = engine.stream(PROMPT, &long).unwrap();
+    stream.next().unwrap().unwrap();
+    stream.request().cancel();
+    for piece in stream.by_ref() {
+        piece.unwrap();
+    }
+}
+
+/// Issue 27: text that C would cut at a NUL byte is refused by name.
+#[test]
+fn nul_bytes_in_c_strings_are_refused_by_name() {
+    let path = model_or_skip!();
+    let model = Model::load(&path).unwrap();
+    let engine = small_engine(&model);
+    let p = GenerateParams { stop: vec!["ok".into(), "a\0".into()], ..greedy(4) };
+    let e = engine.submit(PROMPT, &p).err().unwrap();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("stop[1]"), "{}", e.message);
+    let e = model.generate("x\0y", &greedy(4)).unwrap_err();
+    assert!(e.message.contains("prompt"), "{}", e.message);
+    let e = model.meta("general.\0name").unwrap_err();
+    assert!(e.message.contains("key"), "{}", e.message);
+    let msgs = [ChatMessage { role: "user", content: "hi\0" }];
+    let e = model.apply_chat_template(&msgs, Some("chatml"), true).unwrap_err();
+    assert!(e.message.contains("messages[0].content"), "{}", e.message);
+    // A prompt's NUL bytes are text (its length is passed).
+    engine.generate("a\0b", &greedy(2)).unwrap();
+}
