@@ -134,9 +134,16 @@ json model_json(const Server& srv) {
 // Renders a small fixed conversation with the chat template in use; false
 // with *why set when the template fails (an error, a budget, a cycle).
 bool trial_render(const Server& s, std::string* why) {
+  // Tried without tools, then with one (templates made for tool use iterate
+  // `tools` unguarded): the template fails only when both fail.
   static const char kContext[] =
       R"({"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there."},)"
       R"( {"role": "user", "content": "What is 2 + 2?"}], "add_generation_prompt": true})";
+  static const char kToolsContext[] =
+      R"({"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi there."},)"
+      R"( {"role": "user", "content": "What is 2 + 2?"}], "add_generation_prompt": true, "tools": [{"type": "function",)"
+      R"( "function": {"name": "add", "description": "Adds two numbers.", "parameters": {"type": "object", "properties":)"
+      R"( {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}}}]})";
   static const infer_chat_message kMessages[] = {{"user", "Hello"}, {"assistant", "Hi there."}, {"user", "What is 2 + 2?"}};
   char buf[4096];
   size_t need = 0;
@@ -144,6 +151,12 @@ bool trial_render(const Server& s, std::string* why) {
   if (s.jinja) {
     const char* tmpl = s.jinja_file_text.empty() ? nullptr : s.jinja_file_text.c_str();
     st = infer_chat_apply_template_json(s.model, tmpl, kContext, buf, sizeof buf, &need);
+    if (st != INFER_OK && st != INFER_ERR_BUFFER_TOO_SMALL) {
+      *why = infer_last_error();
+      st = infer_chat_apply_template_json(s.model, tmpl, kToolsContext, buf, sizeof buf, &need);
+      if (st != INFER_OK && st != INFER_ERR_BUFFER_TOO_SMALL) return false;
+      return true;
+    }
   } else {
     st = infer_chat_apply_template(s.model, s.own_template ? nullptr : s.tmpl.c_str(), kMessages, 3, 1, buf, sizeof buf, &need);
   }
