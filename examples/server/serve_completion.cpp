@@ -321,6 +321,26 @@ bool count_tokens(Server& srv, const std::string& text, int32_t add_bos, int32_t
   return true;
 }
 
+// The request field a submit-time INVALID_ARGUMENT is about: the field its
+// message names, else the constraint (grammar, response_format, tool_choice)
+// when the request has one.
+const char* submit_error_param(const std::string& msg, const char* constraint_param) {
+  static const std::pair<const char*, const char*> kFields[] = {
+      {"logit_bias", "logit_bias"}, {"grammar", nullptr},          {"schema", "response_format"},
+      {"pattern", "response_format"}, {"stop", "stop"},            {"max_tokens", "max_tokens"},
+      {"temperature", "temperature"}, {"top_p", "top_p"},          {"top_k", "top_k"},
+      {"min_p", "min_p"},             {"penalty", nullptr},        {"seed", "seed"},
+      {"logprobs", "top_logprobs"},   {"prompt", nullptr}};
+  for (const auto& [word, field] : kFields)
+    if (msg.find(word) != std::string::npos) {
+      if (field) return field;
+      if (std::string(word) == "grammar") return constraint_param ? constraint_param : "grammar";
+      if (std::string(word) == "penalty") return "presence_penalty";
+      return nullptr;
+    }
+  return constraint_param;
+}
+
 }  // namespace
 
 
@@ -459,8 +479,13 @@ void handle_completion(Server& srv, const http::Request& req, http::Response& re
     const infer_status st = rq.n == 1 ? infer_submit(srv.engine, &rp, handles.data())
                                       : infer_submit_n(srv.engine, &rp, rq.n, handles.data());
     if (st != INFER_OK) {
-      if (st == INFER_ERR_INVALID_ARGUMENT && constraint_param)
-        return send_error(res, 400, infer_last_error(), "invalid_request_error", "invalid_value", constraint_param);
+      // The client's mistake, found at submit (before any byte of a stream
+      // is sent): a 400 naming the field the library's message names.
+      if (st == INFER_ERR_INVALID_ARGUMENT) {
+        const std::string msg = infer_last_error();
+        const char* param = submit_error_param(msg, constraint_param);
+        return send_error(res, 400, msg, "invalid_request_error", "invalid_value", param ? param : "");
+      }
       return send_status_error(res, st, "submitting the request");
     }
     for (int32_t i = 0; i < rq.n; ++i) {
