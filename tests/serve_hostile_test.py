@@ -366,7 +366,7 @@ finally:
 if os.path.isfile(SELFREF):
     srv = Server("--chat-template-file", SELFREF, expect_start=False)
     try:
-        if srv.port is None or not srv.alive():
+        if not any("ready:" in line for line in srv.log) or not srv.alive():
             srv.proc.wait(30)
             log = "".join(srv.log)
             check("--chat-template-file with a self-referencing template is refused at startup with a clear error",
