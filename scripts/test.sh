@@ -105,11 +105,13 @@ mkdir -p "$root/build-fuzz/corpus-hf"
 "$root/build-fuzz/tests/fuzz/fuzz_hf" -max_total_time="$half" -max_len=8192 -rss_limit_mb=2048 -timeout=30 \
   -artifact_prefix="$root/build-fuzz/" "$root/build-fuzz/corpus-hf" "$root/tests/fuzz/corpus-hf"
 
-stage "ThreadSanitizer build and the threaded tests"
+stage "ThreadSanitizer build, the threaded tests and infer serve's tests"
+# One TSan build for both: the library once, the test binary and the CLI (infer
+# serve: its I/O thread, workers and the engine thread) from it.
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_TSAN=ON \
-  -DINFER_CUDA=OFF -DINFER_BENCH=OFF -DINFER_EXAMPLES=OFF -DINFER_BINDINGS=OFF >/dev/null
-cmake --build "$root/build-tsan" -j "$jobs" --target infer_tests
+  -DINFER_CUDA=OFF -DINFER_BENCH=OFF -DINFER_EXAMPLES=ON -DINFER_BINDINGS=OFF >/dev/null
+cmake --build "$root/build-tsan" -j "$jobs" --target infer_tests infer_cli
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/build-tsan" --output-on-failure \
-  -j "$jobs" -R thread
+  -j "$jobs" -R "thread|^serve_tests$|^serve_hostile_tests$"
 finish
 echo "all test stages passed"
