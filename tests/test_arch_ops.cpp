@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/threadpool.h"
 #include "test_util.h"
 
