@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/threadpool.h"
 #include "cpu/attention.h"
 #include "kv/kv_cache.h"

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "cpu/attention.h"
@@ -18,11 +18,36 @@ namespace infer {
 
 namespace {
 
+// Activations in host memory: every buffer is a host vector, and the edges
+// are pointer hand-offs (output() is the caller's host buffer itself, so
+// download() copies nothing).
+class HostWorkspace final : public BackendWorkspace {
+ public:
+  void* buffer(int slot, size_t bytes) override {
+    if (slot < 0 || slot > kMaxSlots) raise(Status::Internal, "workspace slot %d out of range", slot);
+    if (bufs_.size() <= static_cast<size_t>(slot)) bufs_.resize(static_cast<size_t>(slot) + 1);
+    std::vector<float>& b = bufs_[static_cast<size_t>(slot)];
+    const size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (b.size() < n) b.resize(n);
+    return b.data();
+  }
+  void* output(int, void* host, size_t) override { return host; }
+  void download(void* host, const void* result, size_t bytes) override {
+    if (host != result && bytes) std::memcpy(host, result, bytes);
+  }
+
+ private:
+  static constexpr int kMaxSlots = 64;
+  std::vector<std::vector<float>> bufs_;
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(ThreadPool& pool) : pool_(pool), ok_(cpu::op_kernels()) {}
 
   const char* name() const override { return "cpu"; }
+
+  std::unique_ptr<BackendWorkspace> make_workspace() override { return std::make_unique<HostWorkspace>(); }
 
   // Quantized and float weights: cpu/matmul.cpp.
   void matmul(const WeightView& w, const float* x, int64_t m, float* y) override {
@@ -85,6 +110,41 @@ class CpuBackend final : public Backend {
 
   void softcap(float* x, int64_t n, float cap) override {
     pool_.parallel_for(n, kElemGrain, [&](int64_t b, int64_t e) { ok_.softcap(x + b, e - b, cap); });
+  }
+
+  // Row moves of the model's gathers and scatters: exact, so the split over
+  // threads does not change a bit.
+  void permute_cols(const float* x, int64_t m, int64_t n, const int32_t* perm, float* out) override {
+    pool_.parallel_for(m, std::max<int64_t>(1, kRowsGrain / std::max<int64_t>(1, n)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const float* xr = x + r * n;
+        float* y = out + r * n;
+        for (int64_t j = 0; j < n; ++j) y[j] = xr[perm[j]];
+      }
+    });
+  }
+
+  void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t n, float* out) override {
+    for (int64_t j = 0; j < n_rows; ++j) std::memcpy(out + j * n, x + static_cast<int64_t>(rows[j]) * n, sizeof(float) * n);
+  }
+
+  // On the calling thread, j in order: a row's sum does not depend on the
+  // rest of the batch (Mixtral's batch invariance, tests/test_moe.cpp).
+  void scatter_add_rows(float* acc, const int32_t* rows, const float* w, const float* y, int64_t n_rows,
+                        int64_t n) override {
+    for (int64_t j = 0; j < n_rows; ++j) {
+      float* o = acc + static_cast<int64_t>(rows[j]) * n;
+      const float* yj = y + j * n;
+      const float wj = w[j];
+      for (int64_t c = 0; c < n; ++c) o[c] += wj * yj[c];
+    }
+  }
+
+  void copy(float* dst, const float* src, int64_t n) override {
+    if (dst != src && n > 0) std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n));
+  }
+  void zero(float* x, int64_t n) override {
+    if (n > 0) std::memset(x, 0, sizeof(float) * static_cast<size_t>(n));
   }
 
   // KV blocks live in host memory, in the reference layout (kv/kv_format.h).

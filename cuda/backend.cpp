@@ -6,16 +6,27 @@
 //    for cuBLAS. A weight that does not fit fails with OUT_OF_MEMORY.
 //  - The KV pool (f16 or f32; int8 is refused) lives on the device in
 //    HostKvMemory's layout; no host tier yet (refused with UNSUPPORTED).
-//  - Activations stay host f32 (core/backend.h's contract): every op copies
-//    its inputs to the device and its result back. That costs far more than
-//    the kernels; a device-resident activation path and CUDA graphs are the
-//    next steps. geglu, add_bias, scale and softcap run on the host.
-// The backend factory (engine/backends.cpp) uses it only when
+//  - Activations live on the device (core/backend.h's memory contract): the
+//    workspace (make_workspace) is device buffers, every op reads and writes
+//    device pointers, and nothing is copied between ops. Host copies happen
+//    at the edges only: the embedding rows of the batch's tokens in
+//    (get_rows, dequantized on the host from the file's rows), positions and
+//    block tables in once per pass (upload_batch; the tables on the first
+//    kv_write of the pass), small index lists (gather / scatter rows), and
+//    the logits or router logits out (BackendWorkspace::download).
+//  - Model vectors (norm weights, biases, rope frequencies, act-order
+//    permutations) are copied to the device once, on first use, and kept
+//    (ModelVectors); each use checks the host bytes are still the same.
+//  - Not yet: CUDA graphs, streams (everything runs on the default stream;
+//    copies are synchronous).
+// The backend factory (lib/backends/) uses it only when
 // INFER_BACKEND_CUDA is asked for: AUTO stays on the CPU until the GPU tests
 // have been seen passing.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -122,6 +133,55 @@ struct Scratch {
   }
 };
 
+// The activations of a forward pass, in device memory. Results the host
+// reads come back through download() (a synchronous copy, so it also waits
+// for the kernels that wrote them).
+class DeviceWorkspace final : public BackendWorkspace {
+ public:
+  void* buffer(int slot, size_t bytes) override {
+    if (slot < 0 || slot > kMaxSlots) raise(Status::Internal, "CUDA workspace slot %d out of range", slot);
+    if (bufs_.size() <= static_cast<size_t>(slot)) bufs_.resize(static_cast<size_t>(slot) + 1);
+    DeviceBuffer& b = bufs_[static_cast<size_t>(slot)];
+    if (b.size() < bytes) b = DeviceBuffer(std::max<size_t>(bytes, 256));
+    return b.get();
+  }
+  void* output(int slot, void* host, size_t bytes) override { return buffer(slot, bytes); }
+  void download(void* host, const void* result, size_t bytes) override {
+    if (bytes) copy_to_host(host, result, bytes);
+  }
+
+ private:
+  static constexpr int kMaxSlots = 64;
+  std::vector<DeviceBuffer> bufs_;
+};
+
+// Device copies of the model's host vectors (norm weights, biases, rope
+// frequencies, permutations), made on first use and kept: model memory lives
+// as long as the model. Keyed by address; the host bytes are kept beside
+// them and compared on each use, so a vector freed and another allocated at
+// the same address (tests) is copied again rather than read stale.
+class ModelVectors {
+ public:
+  template <typename T>
+  const T* get(const T* host, int64_t n) {
+    const size_t bytes = static_cast<size_t>(n) * sizeof(T);
+    Entry& e = map_[host];
+    if (e.host.size() != bytes || std::memcmp(e.host.data(), host, bytes) != 0) {
+      e.host.assign(reinterpret_cast<const char*>(host), reinterpret_cast<const char*>(host) + bytes);
+      e.dev = DeviceBuffer(std::max<size_t>(bytes, 4));
+      if (bytes) copy_to_device(e.dev.get(), host, bytes);
+    }
+    return e.dev.as<T>();
+  }
+
+ private:
+  struct Entry {
+    std::vector<char> host;
+    DeviceBuffer dev;
+  };
+  std::unordered_map<const void*, Entry> map_;
+};
+
 class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
@@ -129,37 +189,49 @@ class CudaBackend final : public Backend {
   void prepare_weight(const WeightView& w) override { weight(w); }
   int32_t preferred_row_multiple() const override { return 8; }  // the W4A16 / Q8_0 kernels' rows a launch
 
+  std::unique_ptr<BackendWorkspace> make_workspace() override { return std::make_unique<DeviceWorkspace>(); }
+
+  // The pass's positions go to the device now; its block tables on the
+  // first kv_write or attention (they need the pool's block size).
+  void upload_batch(const AttnBatch& b) override {
+    batch_pos_ = b.pos;
+    batch_table_ = b.table;
+    batch_n_ = b.n_tokens;
+    int32_t* d = pos_.get<int32_t>(std::max<int64_t>(1, b.n_tokens));
+    if (b.n_tokens > 0) copy_to_device(d, b.pos, sizeof(int32_t) * b.n_tokens);
+    tables_block_size_ = 0;  // stale
+  }
+
+  // x, y: device memory.
   void matmul(const WeightView& w, const float* x, int64_t m, float* y) override {
     std::shared_ptr<DeviceWeight> tmp;
     const DeviceWeight& d = weight(w, &tmp);
-    float* dx = x_.get<float>(m * d.n_in);
-    float* dy = y_.get<float>(m * d.n_out);
-    copy_to_device(dx, x, sizeof(float) * m * d.n_in);
     switch (d.kind) {
       case DeviceWeight::W4:
         for (int64_t r0 = 0; r0 < m; r0 += 8)
-          launch_w4a16_gemm(d.a.as<uint32_t>(), d.b.as<uint16_t>(), d.c.as<uint8_t>(), d.L, dx + r0 * d.n_in,
-                            static_cast<int>(std::min<int64_t>(8, m - r0)), dy + r0 * d.n_out, nullptr);
+          launch_w4a16_gemm(d.a.as<uint32_t>(), d.b.as<uint16_t>(), d.c.as<uint8_t>(), d.L, x + r0 * d.n_in,
+                            static_cast<int>(std::min<int64_t>(8, m - r0)), y + r0 * d.n_out, nullptr);
         break;
       case DeviceWeight::Q8:
         for (int64_t r0 = 0; r0 < m; r0 += 8)
-          launch_q8_0_matvec(d.a.as<int8_t>(), d.b.as<uint16_t>(), d.n_out, d.n_in, dx + r0 * d.n_in,
-                             static_cast<int>(std::min<int64_t>(8, m - r0)), dy + r0 * d.n_out, nullptr);
+          launch_q8_0_matvec(d.a.as<int8_t>(), d.b.as<uint16_t>(), d.n_out, d.n_in, x + r0 * d.n_in,
+                             static_cast<int>(std::min<int64_t>(8, m - r0)), y + r0 * d.n_out, nullptr);
         break;
       case DeviceWeight::F16: {
         uint16_t* dx16 = x16_.get<uint16_t>(m * d.n_in);
-        launch_f32_to_f16(dx, dx16, m * d.n_in, nullptr);
-        blas().gemm_f16(d.a.as<uint16_t>(), d.n_out, d.n_in, dx16, m, dy, nullptr);
+        launch_f32_to_f16(x, dx16, m * d.n_in, nullptr);
+        blas().gemm_f16(d.a.as<uint16_t>(), d.n_out, d.n_in, dx16, m, y, nullptr);
         break;
       }
     }
-    copy_to_host(y, dy, sizeof(float) * m * d.n_out);
   }
 
-  // Embedding rows straight from the weight as the file stores it (host).
+  // The edge in: the tokens' rows, dequantized on the host from the weight
+  // as the file stores it, copied to `out` (device) in one copy.
   void get_rows(const WeightView& w, const int32_t* ids, int64_t m, float* out) override {
+    rows_host_.resize(static_cast<size_t>(m * w.n_in));
     for (int64_t i = 0; i < m; ++i) {
-      float* o = out + i * w.n_in;
+      float* o = rows_host_.data() + i * w.n_in;
       if (w.type == DType::W8A8) {
         const auto* q = reinterpret_cast<const int8_t*>(w.row(ids[i]));
         for (int64_t k = 0; k < w.n_in; ++k) o[k] = static_cast<float>(q[k]) * w.scale[ids[i]];
@@ -167,67 +239,54 @@ class CudaBackend final : public Backend {
         dequantize_row(w.type, w.row(ids[i]), o, w.n_in);
       }
     }
+    if (m > 0) copy_to_device(out, rows_host_.data(), sizeof(float) * rows_host_.size());
   }
 
   void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) override {
-    float* dx = x_.get<float>(m * n);
-    float* dw = aux_.get<float>(n);
-    float* dy = y_.get<float>(m * n);
-    copy_to_device(dx, x, sizeof(float) * m * n);
-    copy_to_device(dw, weight, sizeof(float) * n);
-    launch_rms_norm(dx, dw, m, n, eps, dy, nullptr);
-    copy_to_host(y, dy, sizeof(float) * m * n);
+    launch_rms_norm(x, vectors_.get(weight, n), m, n, eps, y, nullptr);
   }
 
   void rope(float* x, int64_t m, int n_heads, int head_dim, const int32_t* pos, const RopeParams& p) override {
-    const int64_t n = m * n_heads * head_dim;
-    float* dx = x_.get<float>(n);
-    int32_t* dpos = ints_.get<int32_t>(m);
-    float* dfreq = aux_.get<float>(p.n_rot / 2);
-    copy_to_device(dx, x, sizeof(float) * n);
-    copy_to_device(dpos, pos, sizeof(int32_t) * m);
-    copy_to_device(dfreq, p.inv_freq, sizeof(float) * (p.n_rot / 2));
-    launch_rope(dx, m, n_heads, head_dim, dpos, p.n_rot, p.neox, dfreq, p.pos_scale, p.mscale, nullptr);
-    copy_to_host(x, dx, sizeof(float) * n);
+    launch_rope(x, m, n_heads, head_dim, device_pos(pos, m), p.n_rot, p.neox, vectors_.get(p.inv_freq, p.n_rot / 2),
+                p.pos_scale, p.mscale, nullptr);
   }
 
   void swiglu(const float* gate, const float* up, float* out, int64_t n) override {
-    float* dg = x_.get<float>(n);
-    float* du = aux_.get<float>(n);
-    float* dy = y_.get<float>(n);
-    copy_to_device(dg, gate, sizeof(float) * n);
-    copy_to_device(du, up, sizeof(float) * n);
-    launch_swiglu(dg, du, dy, n, nullptr);
-    copy_to_host(out, dy, sizeof(float) * n);
+    launch_swiglu(gate, up, out, n, nullptr);
   }
-
-  void add(float* x, const float* y, int64_t n) override {
-    float* dx = x_.get<float>(n);
-    float* dy = y_.get<float>(n);
-    copy_to_device(dx, x, sizeof(float) * n);
-    copy_to_device(dy, y, sizeof(float) * n);
-    launch_add(dx, dy, n, nullptr);
-    copy_to_host(x, dx, sizeof(float) * n);
-  }
-
-  // On the host in this version (the CPU reference's scalar formulas).
+  void add(float* x, const float* y, int64_t n) override { launch_add(x, y, n, nullptr); }
   void geglu(const float* gate, const float* up, float* out, int64_t n) override {
-    constexpr float kC2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-kC2 * (g + 0.044715f * g * g * g))) * up[i];
-    }
+    launch_geglu(gate, up, out, n, nullptr);
   }
   void add_bias(float* x, const float* bias, int64_t m, int64_t n) override {
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t i = 0; i < n; ++i) x[r * n + i] += bias[i];
+    launch_add_bias(x, vectors_.get(bias, n), m, n, nullptr);
   }
-  void scale(float* x, int64_t n, float s) override {
-    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  void scale(float* x, int64_t n, float s) override { launch_scale(x, n, s, nullptr); }
+  void softcap(float* x, int64_t n, float cap) override { launch_softcap(x, n, cap, nullptr); }
+
+  void permute_cols(const float* x, int64_t m, int64_t n, const int32_t* perm, float* out) override {
+    launch_permute_cols(x, m, n, vectors_.get(perm, n), out, nullptr);
   }
-  void softcap(float* x, int64_t n, float cap) override {
-    const float inv = 1.0f / cap;
-    for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+  void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t n, float* out) override {
+    if (n_rows <= 0) return;
+    int32_t* d = ints_.get<int32_t>(n_rows);
+    copy_to_device(d, rows, sizeof(int32_t) * n_rows);
+    launch_gather_rows(x, d, n_rows, n, out, nullptr);
+  }
+  void scatter_add_rows(float* acc, const int32_t* rows, const float* w, const float* y, int64_t n_rows,
+                        int64_t n) override {
+    if (n_rows <= 0) return;
+    int32_t* dr = ints_.get<int32_t>(n_rows);
+    float* dw = aux_.get<float>(n_rows);
+    copy_to_device(dr, rows, sizeof(int32_t) * n_rows);
+    copy_to_device(dw, w, sizeof(float) * n_rows);
+    launch_scatter_add_rows(acc, dr, dw, y, n_rows, n, nullptr);
+  }
+  void copy(float* dst, const float* src, int64_t n) override {
+    if (dst != src && n > 0) copy_on_device(dst, src, sizeof(float) * n);
+  }
+  void zero(float* x, int64_t n) override {
+    if (n > 0) zero_device(x, sizeof(float) * n);
   }
 
   std::unique_ptr<KvMemory> make_kv_memory(const KvLayout& layout, int n_blocks, KvTier tier) override {
@@ -238,52 +297,39 @@ class CudaBackend final : public Backend {
     return std::make_unique<DeviceKvMemory>(layout, n_blocks);
   }
 
+  // k, v: device memory.
   void kv_write(KvMemory& kv, int layer, const float* k, const float* v, const AttnBatch& b) override {
     const DeviceKvMemory& mem = device_kv(kv);
-    const int64_t n = b.n_tokens, kv_dim = mem.layout().kv_dim();
     int stride = 0;
-    const int32_t* dtab = upload_tables(b, mem.layout().block_size, &stride);
-    float* dk = x_.get<float>(n * kv_dim);
-    float* dv = y_.get<float>(n * kv_dim);
-    copy_to_device(dk, k, sizeof(float) * n * kv_dim);
-    copy_to_device(dv, v, sizeof(float) * n * kv_dim);
-    int32_t* dpos = ints_.get<int32_t>(n);
-    copy_to_device(dpos, b.pos, sizeof(int32_t) * n);
-    launch_kv_write(mem.data(), mem.f32(), mem.addr(), layer, dk, dv, static_cast<int>(n), dpos, dtab, stride, nullptr);
-    device_synchronize();
+    const int32_t* dtab = device_tables(b, mem.layout().block_size, &stride);
+    launch_kv_write(mem.data(), mem.f32(), mem.addr(), layer, k, v, static_cast<int>(b.n_tokens),
+                    device_pos(b.pos, b.n_tokens), dtab, stride, nullptr);
   }
 
+  // q, out: device memory.
   void attention(const float* q, const KvMemory& kv, int layer, const AttnBatch& b, int n_head, float scale,
                  float* out) override {
     const DeviceKvMemory& mem = device_kv(kv);
-    const int64_t n = b.n_tokens, q_dim = static_cast<int64_t>(n_head) * mem.layout().head_dim;
     int stride = 0;
-    const int32_t* dtab = upload_tables(b, mem.layout().block_size, &stride);
-    int max_pos = 0;
-    for (int64_t t = 0; t < n; ++t) max_pos = std::max(max_pos, b.pos[t]);
-    float* dq = x_.get<float>(n * q_dim);
-    copy_to_device(dq, q, sizeof(float) * n * q_dim);
+    const int32_t* dtab = device_tables(b, mem.layout().block_size, &stride);
     PagedAttention a;
-    a.q = dq;
+    a.q = q;
     a.pool = mem.data();
     a.f32 = mem.f32();
     a.addr = mem.addr();
     a.layer = layer;
-    a.n_tokens = static_cast<int>(n);
+    a.n_tokens = static_cast<int>(b.n_tokens);
     a.n_head = n_head;
-    int32_t* dpos = ints_.get<int32_t>(n);
-    copy_to_device(dpos, b.pos, sizeof(int32_t) * n);
-    a.pos = dpos;
+    a.pos = device_pos(b.pos, b.n_tokens);
     a.tables = dtab;
     a.table_stride = stride;
     a.window = b.window;
     a.scale = scale;
     a.softcap = b.softcap;
-    a.n_splits = paged_attention_splits(max_pos, mem.layout().block_size);
-    a.work = aux_.get<float>(paged_attention_work_floats(a.n_tokens, n_head, mem.layout().head_dim, a.n_splits));
-    a.out = y_.get<float>(n * q_dim);
+    a.n_splits = paged_attention_splits(max_pos_, mem.layout().block_size);
+    a.work = work_.get<float>(paged_attention_work_floats(a.n_tokens, n_head, mem.layout().head_dim, a.n_splits));
+    a.out = out;
     launch_paged_attention(a, nullptr);
-    copy_to_host(out, a.out, sizeof(float) * n * q_dim);
   }
 
  private:
@@ -300,26 +346,54 @@ class CudaBackend final : public Backend {
     if (!m) raise(Status::Internal, "the CUDA backend was handed another backend's KV memory");
     return *m;
   }
-  // The batch's block tables as rows of one device array: row t holds the
-  // blocks of token t's positions [0, pos[t]] (stride: the longest).
-  const int32_t* upload_tables(const AttnBatch& b, int block_size, int* stride) {
-    int s = 1;
-    for (int64_t t = 0; t < b.n_tokens; ++t) s = std::max(s, b.pos[t] / block_size + 1);
-    tables_.assign(static_cast<size_t>(b.n_tokens) * s, -1);
-    for (int64_t t = 0; t < b.n_tokens; ++t)
-      std::copy(b.table[t], b.table[t] + b.pos[t] / block_size + 1, tables_.begin() + t * s);
-    int32_t* d = tab_.get<int32_t>(tables_.size());
-    copy_to_device(d, tables_.data(), sizeof(int32_t) * tables_.size());
-    *stride = s;
+  bool same_batch(const int32_t* pos, int64_t n) const { return pos == batch_pos_ && n == batch_n_; }
+  // The device copy of the positions `pos` (host): the pass's, uploaded by
+  // upload_batch, or (an op called outside a pass) copied now.
+  const int32_t* device_pos(const int32_t* pos, int64_t n) {
+    if (same_batch(pos, n)) return pos_.get<int32_t>(std::max<int64_t>(1, n));
+    batch_pos_ = nullptr;  // pos_ is overwritten: no longer the pass's
+    int32_t* d = pos_.get<int32_t>(std::max<int64_t>(1, n));
+    if (n > 0) copy_to_device(d, pos, sizeof(int32_t) * n);
     return d;
+  }
+  // The batch's block tables as rows of one device array: row t holds the
+  // blocks of token t's positions [0, pos[t]] (stride: the longest). Copied
+  // once per pass (every layer's kv_write and attention reuse it).
+  const int32_t* device_tables(const AttnBatch& b, int block_size, int* stride) {
+    const bool fresh = same_batch(b.pos, b.n_tokens) && b.table == batch_table_ && tables_block_size_ == block_size;
+    if (!fresh) {
+      int s = 1, mx = 0;
+      for (int64_t t = 0; t < b.n_tokens; ++t) {
+        s = std::max(s, b.pos[t] / block_size + 1);
+        mx = std::max(mx, b.pos[t]);
+      }
+      tables_.assign(static_cast<size_t>(b.n_tokens) * s, -1);
+      for (int64_t t = 0; t < b.n_tokens; ++t)
+        std::copy(b.table[t], b.table[t] + b.pos[t] / block_size + 1, tables_.begin() + t * s);
+      int32_t* d = tab_.get<int32_t>(std::max<size_t>(1, tables_.size()));
+      if (!tables_.empty()) copy_to_device(d, tables_.data(), sizeof(int32_t) * tables_.size());
+      tables_stride_ = s;
+      max_pos_ = mx;
+      // Reused by the rest of the pass only when it is the pass's batch.
+      tables_block_size_ = same_batch(b.pos, b.n_tokens) && b.table == batch_table_ ? block_size : 0;
+    }
+    *stride = tables_stride_;
+    return tab_.get<int32_t>(std::max<size_t>(1, tables_.size()));
   }
   Cublas& blas() {
     if (!blas_) blas_ = std::make_unique<Cublas>();
     return *blas_;
   }
 
-  Scratch x_, y_, x16_, aux_, ints_, tab_;
+  Scratch x16_, aux_, ints_, pos_, tab_, work_;
+  ModelVectors vectors_;
+  std::vector<float> rows_host_;
   std::vector<int32_t> tables_;
+  // The pass's batch (upload_batch): host arrays, and what was copied of them.
+  const int32_t* batch_pos_ = nullptr;
+  const int32_t* const* batch_table_ = nullptr;
+  int64_t batch_n_ = -1;
+  int tables_block_size_ = 0, tables_stride_ = 1, max_pos_ = 0;
   std::unique_ptr<Cublas> blas_;
 };
 

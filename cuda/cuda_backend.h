@@ -29,7 +29,7 @@ DeviceProbe probe_devices();
 // Makes device i the calling thread's current device (Error(Backend)).
 void use_device(int i);
 // The CUDA backend (cuda/backend.cpp) on the probe's device. Only the
-// backend factory (engine/backends.cpp) calls it.
+// backend factory (lib/backends/) calls it.
 std::unique_ptr<Backend> make_cuda_backend();
 
 // Number of visible CUDA devices; 0 when there is no driver or no GPU.

@@ -78,6 +78,51 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
   if (i < n) x[i] += y[i];
 }
 
+__global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  constexpr float kC2 = 2.0f * 0.7978845608028654f;  // 2 sqrt(2 / pi)
+  if (i < n) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-kC2 * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+__global__ void add_bias_kernel(float* x, const float* bias, int64_t total, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < total) x[i] += bias[i % n];
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
+
+__global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] = cap * tanhf(x[i] * (1.0f / cap));
+}
+
+__global__ void permute_cols_kernel(const float* x, int64_t total, int64_t n, const int32_t* perm, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < total) out[i] = x[(i / n) * n + perm[i % n]];
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t total, int64_t n, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < total) out[i] = x[static_cast<int64_t>(rows[i / n]) * n + i % n];
+}
+
+// One thread per column: the rows are added in j order, as on the CPU.
+__global__ void scatter_add_rows_kernel(float* acc, const int32_t* rows, const float* w, const float* y,
+                                        int64_t n_rows, int64_t n) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= n) return;
+  for (int64_t j = 0; j < n_rows; ++j) {
+    float* o = acc + static_cast<int64_t>(rows[j]) * n + c;
+    *o = __fadd_rn(*o, __fmul_rn(w[j], y[j * n + c]));
+  }
+}
+
 __global__ void f32_to_f16_kernel(const float* src, uint16_t* dst, int64_t n) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) dst[i] = __half_as_ushort(__float2half_rn(src[i]));
@@ -372,6 +417,50 @@ void launch_add(float* x, const float* y, int64_t n, void* stream) {
   if (n <= 0) return;
   add_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(x, y, n);
   check_launch("add");
+}
+
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, void* stream) {
+  if (n <= 0) return;
+  geglu_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(gate, up, out, n);
+  check_launch("geglu");
+}
+
+void launch_add_bias(float* x, const float* bias, int64_t m, int64_t n, void* stream) {
+  if (m <= 0 || n <= 0) return;
+  add_bias_kernel<<<blocks_for(m * n, 256), 256, 0, as_stream(stream)>>>(x, bias, m * n, n);
+  check_launch("add_bias");
+}
+
+void launch_scale(float* x, int64_t n, float s, void* stream) {
+  if (n <= 0) return;
+  scale_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(x, n, s);
+  check_launch("scale");
+}
+
+void launch_softcap(float* x, int64_t n, float cap, void* stream) {
+  if (n <= 0) return;
+  if (!(cap > 0)) raise(Status::InvalidArgument, "CUDA softcap: cap %g is not positive", cap);
+  softcap_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(x, n, cap);
+  check_launch("softcap");
+}
+
+void launch_permute_cols(const float* x, int64_t m, int64_t n, const int32_t* perm, float* out, void* stream) {
+  if (m <= 0 || n <= 0) return;
+  permute_cols_kernel<<<blocks_for(m * n, 256), 256, 0, as_stream(stream)>>>(x, m * n, n, perm, out);
+  check_launch("permute_cols");
+}
+
+void launch_gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t n, float* out, void* stream) {
+  if (n_rows <= 0 || n <= 0) return;
+  gather_rows_kernel<<<blocks_for(n_rows * n, 256), 256, 0, as_stream(stream)>>>(x, rows, n_rows * n, n, out);
+  check_launch("gather_rows");
+}
+
+void launch_scatter_add_rows(float* acc, const int32_t* rows, const float* w, const float* y, int64_t n_rows,
+                             int64_t n, void* stream) {
+  if (n_rows <= 0 || n <= 0) return;
+  scatter_add_rows_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(acc, rows, w, y, n_rows, n);
+  check_launch("scatter_add_rows");
 }
 
 void launch_f32_to_f16(const float* src, uint16_t* dst, int64_t n, void* stream) {

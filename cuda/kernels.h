@@ -26,6 +26,23 @@ void launch_rope(float* x, int64_t m, int n_heads, int head_dim, const int32_t* 
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
 // x += y.
 void launch_add(float* x, const float* y, int64_t n, void* stream);
+// out = gelu(gate) * up, GELU's tanh form as the CPU backend writes it:
+// g / (1 + exp(-2 sqrt(2/pi) (g + 0.044715 g^3))) * up.
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
+// x[r][i] += bias[i], m rows of n values.
+void launch_add_bias(float* x, const float* bias, int64_t m, int64_t n, void* stream);
+// x *= s.
+void launch_scale(float* x, int64_t n, float s, void* stream);
+// x = cap * tanh(x / cap).
+void launch_softcap(float* x, int64_t n, float cap, void* stream);
+// out[r][j] = x[r][perm[j]], m rows of n values.
+void launch_permute_cols(const float* x, int64_t m, int64_t n, const int32_t* perm, float* out, void* stream);
+// out[j] = x[rows[j]], n_rows rows of n values.
+void launch_gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t n, float* out, void* stream);
+// acc[rows[j]][c] += w[j] * y[j][c] for j in order (no fused multiply-add:
+// the CPU backend's rounding).
+void launch_scatter_add_rows(float* acc, const int32_t* rows, const float* w, const float* y, int64_t n_rows,
+                             int64_t n, void* stream);
 // dst = src rounded to f16 (round to nearest even), n values.
 void launch_f32_to_f16(const float* src, uint16_t* dst, int64_t n, void* stream);
 // Reads n float4 values once and writes one sum per thread block into

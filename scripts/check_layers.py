@@ -29,17 +29,18 @@ ALLOWED = {
     "model": {"core", "gguf", "quant", "tokenizer", "kv", "hf"},
     "cpu": {"core", "kv", "quant"},
     "cuda": {"core", "kv", "quant"},
-    "engine": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant"},
-    "tools": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "hf"},
-    "api": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "tools", "hf"},
+    # The backends layer: the factory, the one folder that names cpu/ and cuda/.
+    "backends": {"core", "kv", "quant", "cpu", "cuda"},
+    "engine": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "backends"},
+    "tools": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "hf", "backends"},
+    "api": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "tools", "hf", "backends"},
 }
 # Where each folder lives in the tree.
 ROOTS = {name: os.path.join("lib", name) for name in ALLOWED}
 ROOTS["cpu"] = "cpu"
 ROOTS["cuda"] = "cuda"
-# Who may include a backend's own headers: only the backend factory.
-BACKEND_USERS = {("engine", "cpu"), ("engine", "cuda")}
-BACKEND_FILES = {"engine": {"backends.cpp"}}
+# Who may include a backend's own headers: only lib/backends/ (the factory),
+# whose allowed edges above say so; no other folder has cpu/ or cuda/ in its set.
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z0-9_]+)/', re.M)
 # Other spellings of a project include: <folder/...> or a relative "../...".
@@ -85,8 +86,6 @@ def check(src):
                         continue
                     if dep in ALLOWED[folder]:
                         continue
-                    if (folder, dep) in BACKEND_USERS and f in BACKEND_FILES.get(folder, set()):
-                        continue
                     errors.append(f"{where(m)}: {folder}/ may not include {dep}/ "
                                   f"(allowed: {', '.join(sorted(ALLOWED[folder])) or 'nothing'})")
                 for m in EVASIVE.finditer(text):
@@ -115,7 +114,8 @@ def self_test():
         "lib/kv/kv.h": '#include "core/error.h"\n#include "kv/other.h"\n',
         "lib/model/model.h": '#include "gguf/gguf.h"\n#include "kv/kv.h"\n',
         "lib/engine/engine.h": '#include "model/model.h"\n#include "infer/infer.h"\n',
-        "lib/engine/backends.cpp": '#include "cpu/cpu.h"\n',
+        "lib/engine/engine.cpp": '#include "backends/backends.h"\n',
+        "lib/backends/backends.cpp": '#include "cpu/cpu.h"\n#include "cuda/cuda.h"\n#include "kv/kv.h"\n',
         "lib/tools/synth.cpp": '#include "engine/engine.h"\n#include "gguf/gguf.h"\n',
         "lib/api/c_api.cpp": '#include "tools/synth.h"\n#include "engine/engine.h"\n',
         "cpu/cpu.h": '#include "kv/kv.h"\n#include "quant/formats.h"\n',
@@ -130,6 +130,13 @@ def self_test():
         ("backend outside the factory", {"lib/engine/engine.cpp": '#include "cpu/cpu.h"\n'},
          ["engine/ may not include cpu/"]),
         ("backend -> model", {"cpu/bad.cpp": '#include "model/model.h"\n'}, ["cpu/ may not include model/"]),
+        ("engine -> cuda, even in the old factory file", {"lib/engine/backends.cpp": '#include "cuda/cuda.h"\n'},
+         ["engine/ may not include cuda/"]),
+        ("model -> backends", {"lib/model/bad.cpp": '#include "backends/backends.h"\n'},
+         ["model/ may not include backends/"]),
+        ("cpu -> backends", {"cpu/bad.h": '#include "backends/backends.h"\n'}, ["cpu/ may not include backends/"]),
+        ("backends -> model", {"lib/backends/bad.cpp": '#include "model/model.h"\n'},
+         ["backends/ may not include model/"]),
         ("angle brackets", {"lib/kv/sneaky.h": "#include <engine/engine.h>\n"}, ["no <...>, no ../"]),
         ("relative path", {"lib/kv/sneaky.cpp": '#include "../engine/engine.h"\n'}, ["no <...>, no ../"]),
     ]

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/threadpool.h"
 #include "test_util.h"
 
@@ -60,6 +61,42 @@ TEST_CASE("arch ops: geglu, add_bias, scale and softcap follow their formulas", 
   be->add_bias(r.data(), bias.data(), m, w);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < w; ++j) REQUIRE(r[i * w + j] == rows[i * w + j] + bias[j]);
+}
+
+// The row moves the model asks of the backend (core/backend.h): act-order
+// input permutations, the output head's and the experts' row gathers, the
+// experts' weighted sums, and the copies within backend memory.
+TEST_CASE("arch ops: permute_cols, gather_rows, scatter_add_rows, copy and zero", "[ops][arch]") {
+  ThreadPool pool(2);
+  std::unique_ptr<Backend> be = make_cpu_backend(pool);
+  const int64_t m = 300, n = 97;  // m * n above one pool chunk
+  const std::vector<float> x = randoms(m * n, 3.0f, 21), y = randoms(m * n, 3.0f, 22);
+  std::vector<int32_t> perm(n);
+  for (int64_t j = 0; j < n; ++j) perm[j] = static_cast<int32_t>((j * 31 + 5) % n);  // 31 is prime to 97
+  std::vector<float> out(m * n);
+  be->permute_cols(x.data(), m, n, perm.data(), out.data());
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) REQUIRE(out[r * n + j] == x[r * n + perm[j]]);
+
+  const std::vector<int32_t> rows = {5, 0, 299, 5};
+  std::vector<float> g(rows.size() * n);
+  be->gather_rows(x.data(), rows.data(), 4, n, g.data());
+  for (size_t j = 0; j < rows.size(); ++j)
+    for (int64_t c = 0; c < n; ++c) REQUIRE(g[j * n + c] == x[rows[j] * n + c]);
+
+  // A repeated row sums in j order: ((acc + w0 y0) + w3 y3).
+  const std::vector<float> w = {0.5f, -1.25f, 2.0f, 0.375f};
+  std::vector<float> acc = x, want = x;
+  be->scatter_add_rows(acc.data(), rows.data(), w.data(), y.data(), 4, n);
+  for (size_t j = 0; j < rows.size(); ++j)
+    for (int64_t c = 0; c < n; ++c) want[rows[j] * n + c] += w[j] * y[j * n + c];
+  REQUIRE(acc == want);
+
+  std::vector<float> c(m * n, 7.0f);
+  be->copy(c.data(), x.data(), m * n);
+  REQUIRE(c == x);
+  be->zero(c.data(), m * n);
+  REQUIRE(c == std::vector<float>(m * n, 0.0f));
 }
 
 TEST_CASE("arch ops: rope's attention factor scales the rotated dims only", "[ops][arch]") {

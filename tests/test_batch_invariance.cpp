@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/threadpool.h"
 #include "cpu/isa.h"

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/log.h"
@@ -354,6 +355,74 @@ void check_matmul(const std::vector<float>& got, const std::vector<float>& cpu, 
 }
 
 }  // namespace
+
+// The backend itself (core/backend.h's memory contract): activations in its
+// workspace on the device, the ops on device pointers, host index lists and
+// model vectors as host memory, results back through download().
+TEST_CASE("CUDA GPU: the backend's ops on its device workspace equal the CPU backend", "[cuda][gpu]") {
+  REQUIRE_GPU();
+  ThreadPool pool(1);
+  std::unique_ptr<Backend> cpu = make_cpu_backend(pool);
+  std::unique_ptr<Backend> gpu = make_backend(BackendKind::Cuda, pool);
+  std::unique_ptr<BackendWorkspace> ws = gpu->make_workspace();
+  const int64_t m = 5, n = 96;
+  const std::vector<float> x = gauss(m * n, 11), y = gauss(m * n, 12), bias = gauss(n, 13);
+  auto up = [&](int slot, const std::vector<float>& v) {
+    float* d = ws->get<float>(slot, static_cast<int64_t>(v.size()));
+    cuda::copy_to_device(d, v.data(), v.size() * sizeof(float));
+    return d;
+  };
+  auto down = [&](const float* d, size_t count) {
+    std::vector<float> h(count);
+    ws->download(h.data(), d, count * sizeof(float));
+    return h;
+  };
+  // The edge out: output() is device memory, download() brings it back.
+  std::vector<float> host(4);
+  CHECK(ws->output(9, host.data(), host.size() * sizeof(float)) != host.data());
+
+  std::vector<float> want(m * n);
+  float* dx = up(0, x);
+  float* dy = up(1, y);
+  float* dout = ws->get<float>(2, m * n);
+  cpu->geglu(x.data(), y.data(), want.data(), m * n);
+  gpu->geglu(dx, dy, dout, m * n);
+  require_close(down(dout, m * n), want, 1e-6f, 1e-5f);
+
+  want = x;
+  cpu->add_bias(want.data(), bias.data(), m, n);
+  gpu->add_bias(dx, bias.data(), m, n);
+  REQUIRE(down(dx, m * n) == want);  // exact
+  cpu->scale(want.data(), m * n, 0.25f);
+  gpu->scale(dx, m * n, 0.25f);
+  REQUIRE(down(dx, m * n) == want);
+  cpu->softcap(want.data(), m * n, 1.5f);
+  gpu->softcap(dx, m * n, 1.5f);
+  require_close(down(dx, m * n), want, 1e-6f, 1e-5f);
+
+  std::vector<int32_t> perm(n);
+  for (int64_t j = 0; j < n; ++j) perm[j] = static_cast<int32_t>((j * 37) % n);  // 37 is prime to 96
+  dx = up(0, x);
+  cpu->permute_cols(x.data(), m, n, perm.data(), want.data());
+  gpu->permute_cols(dx, m, n, perm.data(), dout);
+  REQUIRE(down(dout, m * n) == want);
+
+  const std::vector<int32_t> rows = {4, 0, 2};
+  const std::vector<float> rw = {0.5f, 0.25f, 0.125f};
+  std::vector<float> g(rows.size() * n);
+  cpu->gather_rows(x.data(), rows.data(), 3, n, g.data());
+  gpu->gather_rows(dx, rows.data(), 3, n, dout);
+  REQUIRE(down(dout, 3 * n) == g);
+
+  std::vector<float> acc(m * n, 0.0f);
+  float* dacc = ws->get<float>(3, m * n);
+  gpu->zero(dacc, m * n);
+  cpu->scatter_add_rows(acc.data(), rows.data(), rw.data(), y.data(), 3, n);
+  gpu->scatter_add_rows(dacc, rows.data(), rw.data(), dy, 3, n);
+  REQUIRE(down(dacc, m * n) == acc);  // no fused multiply-add: the CPU's bits
+  gpu->copy(dout, dacc, m * n);
+  REQUIRE(down(dout, m * n) == acc);
+}
 
 TEST_CASE("CUDA GPU: W4A16 and Q8_0 matmuls equal the CPU backend at M = 1..8", "[cuda][gpu]") {
   REQUIRE_GPU();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "core/threadpool.h"

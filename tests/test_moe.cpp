@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "cpu/cpu_backend.h"
 #include "engine/backends.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
@@ -128,10 +129,11 @@ std::vector<double> reference_block(const Experts& x, const std::vector<float>& 
 }
 
 std::vector<float> run_block(const MoeFfn& f, Backend& be, const std::vector<float>& h, int64_t m) {
+  // The CPU backend's memory is host memory: h and out are passed as they are.
+  std::unique_ptr<BackendWorkspace> ws = be.make_workspace();
   std::vector<float> out(static_cast<size_t>(m * f.n_embd));
-  std::vector<float> fb(moe_scratch_floats(f, m));
-  std::vector<int32_t> ib(moe_scratch_ints(f, m));
-  moe_ffn_forward(f, be, h.data(), m, out.data(), fb.data(), ib.data());
+  MoeHostScratch host;
+  moe_ffn_forward(f, be, *ws, 0, h.data(), m, out.data(), host);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "cpu/cpu_backend.h"
 #include "core/fp16.h"
 #include "core/threadpool.h"
 #include "cpu/attention.h"

@@ -4,6 +4,31 @@
 // Conventions: activations are f32 row-major [m rows][n]. A weight is a
 // matrix stored as the file has it: n_out rows of n_in values each, in its
 // own element format (f32, f16, q4_0, ...). matmul computes y = x · Wᵀ.
+//
+// THE MEMORY CONTRACT (who owns what, when copies happen):
+//  - Activations live in backend memory. A model gets every buffer of its
+//    forward pass (hidden states, q/k/v, attention output, FFN
+//    intermediates, MoE scratch, logits) from a BackendWorkspace the backend
+//    made (Backend::make_workspace). Every `float*` activation argument of an
+//    op below is such backend memory; model code never reads or writes it on
+//    the host. A device backend therefore keeps activations resident from the
+//    embedding to the logits, with no copy between ops.
+//  - Model memory is host memory, read-only, alive as long as the model:
+//    weights (WeightView), norm weights and biases (`const float*` weight
+//    vectors), rope frequencies, act-order permutations. A backend makes its
+//    own copies of them once (prepare_weight at load, WeightCache, or its own
+//    cache keyed by address) and never per step.
+//  - Batch metadata is host memory, read by the backend where it needs it:
+//    token ids (get_rows: the tokens come in there), positions and block
+//    tables (AttnBatch, rope's pos: a device backend copies them once per
+//    forward pass, in upload_batch), row index lists (gather_rows,
+//    scatter_add_rows) and their weights.
+//  - Host copies of activations happen only at the edges, explicitly, through
+//    the workspace: BackendWorkspace::output / download for results the host
+//    reads (the logits; Mixtral's router logits, routed on the host). On the
+//    CPU those are pointer hand-offs: the op writes straight into the host
+//    buffer and download is a no-op, so the CPU pays no copy and, once the
+//    workspace is grown, no allocation per step.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +47,8 @@ struct KvLayout;
 enum class KvTier : int;
 class ThreadPool;
 
-// Copies of one weight that backends make for themselves on first use
-// (e.g. the CPU backend's interleaved row tiles), owned by the model next to
+// Copies of one weight that backends make for themselves (e.g. the CPU
+// backend's interleaved row tiles), at load (Backend::prepare_weight), owned by the model next to
 // the weight so they live exactly as long as it. Thread-safe: engines on
 // many threads may share a model. The mmapped file itself is never written.
 class WeightCache {
@@ -61,8 +86,9 @@ struct WeightView {
   const float* scale = nullptr;
   // Act-order GPTQ (lib/hf/hf_quant.cpp): column j of the rows multiplies
   // input perm[j] (n_in values, a permutation; nullptr: inputs in order).
-  // Backends do not read it: the model passes them x[perm] (the rows gathered
-  // by Transformer::linear), so for a backend this is an ordinary matrix.
+  // matmul does not read it: the model passes it x[perm] (gathered by
+  // permute_cols in Transformer::linear), so for matmul this is an ordinary
+  // matrix.
   const int32_t* perm = nullptr;
   // Where backends keep repacked copies; nullptr: repack on every call or
   // not at all (tests and benchmarks that bind raw buffers).
@@ -97,14 +123,43 @@ struct RopeParams {
   float mscale = 1.0f;              // cos and sin multiplied by this (Phi-3 long-rope attention factor)
 };
 
+// The activation buffers of one forward pass at a time, in one backend's
+// memory (see THE MEMORY CONTRACT above). Made by Backend::make_workspace,
+// used with that backend only; not thread-safe (one engine, one pass).
+class BackendWorkspace {
+ public:
+  virtual ~BackendWorkspace() = default;
+  // Buffer `slot` (a small index the model chooses) with room for at least
+  // `bytes` bytes, in backend memory. Grown when smaller (its contents are
+  // then not kept), never shrunk: a warmed-up workspace does not allocate.
+  virtual void* buffer(int slot, size_t bytes) = 0;
+  template <typename T>
+  T* get(int slot, int64_t n) { return static_cast<T*>(buffer(slot, static_cast<size_t>(n) * sizeof(T))); }
+  // The edge out, in two halves. output(): where an op should write a result
+  // of `bytes` bytes that the host will read at `host` (the CPU: `host`
+  // itself; a device: buffer `slot`). download(): makes host[0, bytes) equal
+  // to that result (a no-op when `result == host`, as on the CPU).
+  virtual void* output(int slot, void* host, size_t bytes) = 0;
+  virtual void download(void* host, const void* result, size_t bytes) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
+  // The workspace a model's forward pass takes its activations from.
+  virtual std::unique_ptr<BackendWorkspace> make_workspace() = 0;
+  // The edge in for the batch description: a device backend copies the
+  // positions and block tables of `b` (host memory) to its memory now, once
+  // per forward pass; its rope / kv_write / attention calls of this pass
+  // with the same host arrays read that copy. The CPU reads the host arrays.
+  virtual void upload_batch(const AttnBatch& b) {}
+
   // y[m][w.n_out] = x[m][w.n_in] · Wᵀ.
   virtual void matmul(const WeightView& w, const float* x, int64_t m, float* y) = 0;
-  // out[i] = row ids[i] of w, as f32 (embedding lookup). Ids were validated.
+  // out[i] = row ids[i] of w, as f32 (embedding lookup): the edge where
+  // the tokens come in. ids: host memory, validated.
   virtual void get_rows(const WeightView& w, const int32_t* ids, int64_t m, float* out) = 0;
   // y = x / rms(x) * weight, row by row (n values per row).
   virtual void rms_norm(const float* x, const float* weight, int64_t m, int64_t n, float eps, float* y) = 0;
@@ -123,6 +178,19 @@ class Backend {
   virtual void scale(float* x, int64_t n, float s) = 0;
   // x = cap * tanh(x / cap), elementwise (logit soft-capping).
   virtual void softcap(float* x, int64_t n, float cap) = 0;
+  // out[r][j] = x[r][perm[j]] for m rows of n values (act-order weights'
+  // inputs, WeightView::perm: model memory, a permutation of 0..n-1).
+  virtual void permute_cols(const float* x, int64_t m, int64_t n, const int32_t* perm, float* out) = 0;
+  // out[j] = x[rows[j]] for n_rows rows of n values (rows: host memory).
+  virtual void gather_rows(const float* x, const int32_t* rows, int64_t n_rows, int64_t n, float* out) = 0;
+  // acc[rows[j]][c] += w[j] * y[j][c], for j in order (rows, w: host
+  // memory; a row index may repeat: the sums run in j order).
+  virtual void scatter_add_rows(float* acc, const int32_t* rows, const float* w, const float* y, int64_t n_rows,
+                                int64_t n) = 0;
+  // dst = src (n floats), within backend memory.
+  virtual void copy(float* dst, const float* src, int64_t n) = 0;
+  // x = 0 (n floats).
+  virtual void zero(float* x, int64_t n) = 0;
   // A pool of KV blocks in this backend's memory (kv/kv_format.h: the
   // layout and element formats every backend implements). The KV cache's
   // book-keeper calls it for its primary pool and its host tier.
@@ -139,7 +207,7 @@ class Backend {
   // ---- what the engine must know of the backend ----
   // Builds, now, every copy of w in the layouts this backend's kernels want
   // (into w.cache), so that no request pays for it later. Called for every
-  // weight when a model is loaded (engine/backends.h: prepare_model).
+  // weight when a model is loaded (backends/backends.h: prepare_weights).
   virtual void prepare_weight(const WeightView& w) {}
   // Rows per step that cost about as much as one row more or less (a tile of
   // the matmul kernels): the scheduler ends continuous-batching steps on a
@@ -149,10 +217,6 @@ class Backend {
 
 // Which backend runs a model (the values of infer_backend).
 enum class BackendKind : int { Auto = 0, Cpu = 1, Cuda = 2 };
-const char* backend_kind_name(BackendKind k);
-
-// The CPU backend, running its kernels on `pool` (cpu/cpu_backend.cpp). Only
-// the backend factory (engine/backends.cpp) calls it.
-std::unique_ptr<Backend> make_cpu_backend(ThreadPool& pool);
+// The backends themselves are made by the factory (backends/backends.h).
 
 }  // namespace infer

@@ -107,7 +107,7 @@ Engine::Engine(const Model& model, const EngineParams& params)
       sched_(scheduler_config(model, params, *backend_), *kv_),
       created_(Clock::now()) {
   // The first request should not pay the page faults of the step's buffers.
-  if (!model.vocab_only()) model.reserve_workspace(ws_, params.max_batch_tokens);
+  if (!model.vocab_only()) model.reserve_workspace(ws_, *backend_, params.max_batch_tokens);
   if (params.spec == SpecMethod::Ngram) drafter_ = std::make_unique<NgramDrafter>(params.spec_ngram_max, params.spec_ngram_min);
   if (params.spec == SpecMethod::LayerSkip) {
     if (params.spec_skip_layers.empty())

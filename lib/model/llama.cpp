@@ -70,10 +70,7 @@ class LlamaModel final : public Transformer {
   // Mixtral's layers route each token to its experts (model/moe.h).
   void ffn(Pass& p, int layer, const float* in, float* out) const override {
     if (moe_.empty()) return gated_ffn(p, layers_[layer].ffn, in, out);
-    const MoeFfn& f = moe_[layer];
-    if (p.ws.moe.size() < moe_scratch_floats(f, p.m)) p.ws.moe.resize(moe_scratch_floats(f, p.m));
-    if (p.ws.moe_ids.size() < moe_scratch_ints(f, p.m)) p.ws.moe_ids.resize(moe_scratch_ints(f, p.m));
-    moe_ffn_forward(f, p.be, in, p.m, out, p.ws.moe.data(), p.ws.moe_ids.data());
+    moe_ffn_forward(moe_[layer], p.be, p.dws, kSlotMoe, in, p.m, out, p.ws.moe);
   }
 
  public:
@@ -81,11 +78,10 @@ class LlamaModel final : public Transformer {
     Transformer::for_each_weight(fn);
     for (const MoeFfn& f : moe_) f.for_each_weight(fn);
   }
-  void reserve_workspace(Workspace& ws, int64_t rows) const override {
-    Transformer::reserve_workspace(ws, rows);
+  void reserve_workspace(Workspace& ws, Backend& be, int64_t rows) const override {
+    Transformer::reserve_workspace(ws, be, rows);
     if (moe_.empty() || rows <= 0) return;
-    ws.moe.resize(std::max(ws.moe.size(), moe_scratch_floats(moe_[0], rows)));
-    ws.moe_ids.resize(std::max(ws.moe_ids.size(), moe_scratch_ints(moe_[0], rows)));
+    moe_reserve(moe_[0], ws.on(be), kSlotMoe, rows, ws.moe);
   }
 
  private:

@@ -16,6 +16,7 @@
 #include "core/backend.h"
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
+#include "model/moe.h"
 #include "tokenizer/tokenizer.h"
 
 namespace infer {
@@ -83,15 +84,25 @@ struct LoadOptions {
   bool vocab_only = false;
 };
 
-// Reusable activation buffers of a forward pass (grown, never shrunk, so the
-// hot path does not allocate once warmed up).
+// What a forward pass reuses from one step to the next (grown, never shrunk,
+// so the hot path does not allocate once warmed up): the activation buffers,
+// in the backend's memory (core/backend.h: the memory contract), and the
+// host side of the pass (batch metadata, the MoE routing's edge copies).
 struct Workspace {
-  std::vector<float> x, xb, q, k, v, att, gate, up, rows, logits_tmp;
-  std::vector<int32_t> ids;
+  // The activations, made by the backend of the pass (on first use, and
+  // again if another backend runs the next pass).
+  BackendWorkspace& on(Backend& be) {
+    if (!dev || owner != &be) {
+      dev = be.make_workspace();
+      owner = &be;
+    }
+    return *dev;
+  }
+  std::unique_ptr<BackendWorkspace> dev;
+  const Backend* owner = nullptr;
+  // Host memory.
   std::vector<const int32_t*> tables;  // each token's block table (AttnBatch::table)
-  std::vector<float> moe;              // the mixture-of-experts block's scratch (model/moe.h)
-  std::vector<int32_t> moe_ids;
-  std::vector<float> xperm[3];         // inputs gathered for permuted weights (WeightView::perm)
+  MoeHostScratch moe;                  // routing of the mixture-of-experts block (model/moe.h)
 };
 
 class Model {
@@ -112,7 +123,8 @@ class Model {
 
   // Runs the batch. Token ids, positions and slots must be valid and the KV
   // sequences must have room for every position (the engine guarantees it).
-  // logits receives logit_rows.size() rows of n_vocab floats.
+  // logits (host memory) receives logit_rows.size() rows of n_vocab floats:
+  // the pass's edge out (BackendWorkspace::output / download).
   // skip: nullptr, or one flag per layer; flagged layers are left out (the
   // residual stream passes them unchanged and their KV is not written):
   // the self-speculative draft model.
@@ -121,9 +133,10 @@ class Model {
 
   // Every matrix weight of the model (for load-time preparation by a backend).
   virtual void for_each_weight(const std::function<void(const WeightView&)>& fn) const = 0;
-  // Sizes (and so commits the pages of) the workspace for batches of up to
-  // `rows` tokens, so the first request does not pay the page faults.
-  virtual void reserve_workspace(Workspace& ws, int64_t rows) const {}
+  // Sizes (and so commits the pages of) the workspace of backend `be` for
+  // batches of up to `rows` tokens, so the first request does not pay the
+  // page faults (or a device backend its allocations).
+  virtual void reserve_workspace(Workspace& ws, Backend& be, int64_t rows) const {}
   // The backend the model was prepared for at load (engines create it).
   BackendKind backend() const { return backend_; }
   void set_backend(BackendKind k) { backend_ = k; }

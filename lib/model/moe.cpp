@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -141,35 +140,56 @@ void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel
   }
 }
 
-size_t moe_scratch_floats(const MoeFfn& f, int64_t m) {
-  // router logits, routing weights, row weights, gathered rows, gate, up, expert output, the sum
-  return static_cast<size_t>(m) * static_cast<size_t>(f.n_expert + f.n_used + 1 + 3 * f.n_embd + 2 * f.n_ff);
+namespace {
+// Slots of the block's buffers (from slot0).
+enum : int { kRouter = 0, kXs, kG, kU, kY, kAcc };
+template <typename T>
+T* grow(std::vector<T>& v, int64_t n) {
+  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+}  // namespace
+
+void moe_reserve(const MoeFfn& f, BackendWorkspace& ws, int slot0, int64_t m, MoeHostScratch& host) {
+  const int64_t E = f.n_expert, k = f.n_used, d = f.n_embd, ff = f.n_ff;
+  grow(host.logits, m * E);
+  grow(host.wts, m * k);
+  grow(host.row_w, m);
+  grow(host.sel, m * k);
+  grow(host.rows, m);
+  ws.output(slot0 + kRouter, host.logits.data(), sizeof(float) * static_cast<size_t>(m * E));
+  ws.get<float>(slot0 + kXs, m * d);
+  ws.get<float>(slot0 + kG, m * ff);
+  ws.get<float>(slot0 + kU, m * ff);
+  ws.get<float>(slot0 + kY, m * d);
+  ws.get<float>(slot0 + kAcc, m * d);
 }
 
-size_t moe_scratch_ints(const MoeFfn& f, int64_t m) { return static_cast<size_t>(m) * (f.n_used + 1); }
-
-void moe_ffn_forward(const MoeFfn& f, Backend& be, const float* h, int64_t m, float* out, float* fbuf,
-                     int32_t* ibuf) {
+void moe_ffn_forward(const MoeFfn& f, Backend& be, BackendWorkspace& ws, int slot0, const float* h, int64_t m,
+                     float* out, MoeHostScratch& host) {
   const int64_t E = f.n_expert, k = f.n_used, d = f.n_embd, ff = f.n_ff;
-  float* logits = fbuf;       // [m][E]
-  float* wts = logits + m * E;  // [m][k]
-  float* row_w = wts + m * k;   // [m]: weight of each gathered row
-  float* xs = row_w + m;        // [m][d]: the rows routed to one expert
-  float* g = xs + m * d;        // [m][ff]
-  float* u = g + m * ff;        // [m][ff]
-  float* y = u + m * ff;        // [m][d]
-  float* acc = y + m * d;       // [m][d]: the sum, copied to out at the end (out may be h)
-  int32_t* sel = ibuf;          // [m][k]
-  int32_t* rows = sel + m * k;  // [m]: token of each gathered row
+  float* logits = grow(host.logits, m * E);  // host: [m][E]
+  float* wts = grow(host.wts, m * k);        // host: [m][k]
+  float* row_w = grow(host.row_w, m);        // host: weight of each gathered row
+  int32_t* sel = grow(host.sel, m * k);      // host: [m][k]
+  int32_t* rows = grow(host.rows, m);        // host: token of each gathered row
+  float* xs = ws.get<float>(slot0 + kXs, m * d);  // backend: the rows routed to one expert
+  float* g = ws.get<float>(slot0 + kG, m * ff);
+  float* u = ws.get<float>(slot0 + kU, m * ff);
+  float* y = ws.get<float>(slot0 + kY, m * d);
+  float* acc = ws.get<float>(slot0 + kAcc, m * d);  // the sum, copied to out at the end (out may be h)
 
   // Routing is discrete: a last-bit difference in a router logit can send a
   // token to another expert, so the logits must not depend on the rest of
   // the batch. The backend's matmul rows are batch invariant in every format
   // (tests/test_batch_invariance.cpp); tests/test_moe.cpp checks whole
   // sequences alone against batched.
-  be.matmul(f.router, h, m, logits);
+  const size_t lbytes = sizeof(float) * static_cast<size_t>(m * E);
+  float* dlogits = static_cast<float*>(ws.output(slot0 + kRouter, logits, lbytes));
+  be.matmul(f.router, h, m, dlogits);
+  ws.download(logits, dlogits, lbytes);  // the edge: routing runs on the host
   moe_route(logits, m, static_cast<int>(E), static_cast<int>(k), sel, wts);
-  std::memset(acc, 0, sizeof(float) * static_cast<size_t>(m * d));
+  be.zero(acc, m * d);
   for (int64_t e = 0; e < E; ++e) {
     // The tokens routed to e, in batch order (a token selects e at most once).
     int64_t n = 0;
@@ -183,7 +203,7 @@ void moe_ffn_forward(const MoeFfn& f, Backend& be, const float* h, int64_t m, fl
     // Every token routed here: the rows are h itself, in order.
     const float* x = h;
     if (n < m) {
-      for (int64_t j = 0; j < n; ++j) std::memcpy(xs + j * d, h + rows[j] * d, sizeof(float) * d);
+      be.gather_rows(h, rows, n, d, xs);
       x = xs;
     }
     const size_t se = static_cast<size_t>(e);
@@ -193,14 +213,9 @@ void moe_ffn_forward(const MoeFfn& f, Backend& be, const float* h, int64_t m, fl
     be.matmul(f.down[se], g, n, y);
     // Each token's sum runs over its experts in increasing index order,
     // whatever the rest of the batch: the same bits alone or batched.
-    for (int64_t j = 0; j < n; ++j) {
-      float* o = acc + rows[j] * d;
-      const float* yj = y + j * d;
-      const float w = row_w[j];
-      for (int64_t c = 0; c < d; ++c) o[c] += w * yj[c];
-    }
+    be.scatter_add_rows(acc, rows, row_w, y, n, d);
   }
-  std::memcpy(out, acc, sizeof(float) * static_cast<size_t>(m * d));
+  be.copy(out, acc, m * d);
 }
 
 }  // namespace infer

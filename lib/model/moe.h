@@ -58,12 +58,23 @@ void check_moe_counts(int64_t n_expert, int64_t n_used);
 // lower index), weight[t*k + i] its renormalized weight (the k sum to 1).
 void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel, float* weight);
 
-// Scratch sizes for moe_ffn_forward on m rows (floats, int32s).
-size_t moe_scratch_floats(const MoeFfn& f, int64_t m);
-size_t moe_scratch_ints(const MoeFfn& f, int64_t m);
+// The host side of the block: routing is discrete and data-dependent, so it
+// runs on the host, from the router logits downloaded at this edge (on the
+// CPU a pointer hand-off: the router matmul writes `logits` itself).
+struct MoeHostScratch {
+  std::vector<float> logits, wts, row_w;  // [m][E], [m][k], [m]
+  std::vector<int32_t> sel, rows;         // [m][k], [m]
+};
+
+// Workspace slots the block uses: [slot0, slot0 + kMoeSlots).
+constexpr int kMoeSlots = 6;
 
 // out[m][n_embd] = the block's output for the rows h[m][n_embd] (out may
-// be h). fbuf / ibuf hold at least moe_scratch_floats / _ints values.
-void moe_ffn_forward(const MoeFfn& f, Backend& be, const float* h, int64_t m, float* out, float* fbuf, int32_t* ibuf);
+// be h; both backend memory, from ws). The experts' rows are gathered and
+// summed back by backend ops; only the router logits come to the host.
+void moe_ffn_forward(const MoeFfn& f, Backend& be, BackendWorkspace& ws, int slot0, const float* h, int64_t m,
+                     float* out, MoeHostScratch& host);
+// Grows ws's slots and host for batches of up to m rows.
+void moe_reserve(const MoeFfn& f, BackendWorkspace& ws, int slot0, int64_t m, MoeHostScratch& host);
 
 }  // namespace infer

@@ -11,12 +11,6 @@ namespace infer {
 
 namespace {
 
-template <typename T>
-T* grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
 std::string shape_text(const std::vector<int64_t>& dims) {
   std::string s = "[";
   for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
@@ -221,13 +215,8 @@ WeightView Transformer::weight(const std::string& name, int64_t n_in, int64_t n_
 
 const float* Transformer::permuted(Pass& p, const WeightView& w, const float* in, int64_t m, int slot) const {
   if (!w.perm) return in;
-  const int64_t n = w.n_in;
-  float* out = grow(p.ws.xperm[slot], static_cast<size_t>(m * n));
-  for (int64_t r = 0; r < m; ++r) {
-    const float* x = in + r * n;
-    float* y = out + r * n;
-    for (int64_t j = 0; j < n; ++j) y[j] = x[w.perm[j]];
-  }
+  float* out = p.dws.get<float>(kSlotXperm + slot, m * w.n_in);
+  p.be.permute_cols(in, m, w.n_in, w.perm, out);
   return out;
 }
 
@@ -341,22 +330,23 @@ void Transformer::for_each_weight(const std::function<void(const WeightView&)>& 
   if (output_.data) fn(output_);
 }
 
-void Transformer::reserve_workspace(Workspace& ws, int64_t m) const {
+void Transformer::reserve_workspace(Workspace& ws, Backend& be, int64_t m) const {
   if (vocab_only_ || m <= 0) return;
   const ModelConfig& c = config_;
   const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
-  grow(ws.x, m * d);
-  grow(ws.xb, m * std::max(d, q_dim));
-  grow(ws.q, m * q_dim);
-  grow(ws.k, m * kv_dim);
-  grow(ws.v, m * kv_dim);
-  grow(ws.att, m * q_dim);
-  grow(ws.gate, m * c.n_ff);
-  grow(ws.up, m * c.n_ff);
-  grow(ws.tables, m);
+  BackendWorkspace& dws = ws.on(be);
+  dws.get<float>(kSlotX, m * d);
+  dws.get<float>(kSlotXb, m * std::max(d, q_dim));
+  dws.get<float>(kSlotQ, m * q_dim);
+  dws.get<float>(kSlotK, m * kv_dim);
+  dws.get<float>(kSlotV, m * kv_dim);
+  dws.get<float>(kSlotAtt, m * q_dim);
+  dws.get<float>(kSlotGate, m * c.n_ff);
+  dws.get<float>(kSlotUp, m * c.n_ff);
+  if (ws.tables.size() < static_cast<size_t>(m)) ws.tables.resize(static_cast<size_t>(m));
   if (!perms_.empty())  // act-order weights: their gathered inputs (permuted())
-    for (std::vector<float>& b : ws.xperm) grow(b, static_cast<size_t>(m * std::max({d, q_dim, static_cast<int64_t>(c.n_ff)})));
+    for (int i = 0; i < 3; ++i) dws.get<float>(kSlotXperm + i, m * std::max({d, q_dim, static_cast<int64_t>(c.n_ff)}));
 }
 
 Pass Transformer::begin(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws) const {
@@ -371,22 +361,27 @@ Pass Transformer::begin(const Batch& batch, KvCache& kv, Backend& be, Workspace&
       raise(Status::Internal, "batch token %lld has no KV room (slot %d, pos %d)", (long long)t, batch.slot[t],
             batch.pos[t]);
   }
-  Pass p{batch, kv, be, m, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, ws, {}, {}};
+  BackendWorkspace& dws = ws.on(be);
+  Pass p{batch, kv, be, ws, dws, m, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {}, {}};
   if (m == 0) return p;
   const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
-  p.x = grow(ws.x, m * d);
-  p.xb = grow(ws.xb, m * std::max(d, q_dim));
-  p.q = grow(ws.q, m * q_dim);
-  p.k = grow(ws.k, m * kv_dim);
-  p.v = grow(ws.v, m * kv_dim);
-  p.att = grow(ws.att, m * q_dim);
-  p.gate = grow(ws.gate, m * c.n_ff);
-  p.up = grow(ws.up, m * c.n_ff);
-  const int32_t** tables = grow(ws.tables, m);
+  p.x = dws.get<float>(kSlotX, m * d);
+  p.xb = dws.get<float>(kSlotXb, m * std::max(d, q_dim));
+  p.q = dws.get<float>(kSlotQ, m * q_dim);
+  p.k = dws.get<float>(kSlotK, m * kv_dim);
+  p.v = dws.get<float>(kSlotV, m * kv_dim);
+  p.att = dws.get<float>(kSlotAtt, m * q_dim);
+  p.gate = dws.get<float>(kSlotGate, m * c.n_ff);
+  p.up = dws.get<float>(kSlotUp, m * c.n_ff);
+  // The edge in: token ids (get_rows), positions and block tables (host
+  // metadata, copied once per pass by a device backend).
+  if (ws.tables.size() < static_cast<size_t>(m)) ws.tables.resize(static_cast<size_t>(m));
+  const int32_t** tables = ws.tables.data();
   for (int64_t t = 0; t < m; ++t) tables[t] = kv.block_table(batch.slot[t]).data();
   p.ab = AttnBatch{m, batch.pos.data(), batch.slot.data(), c.sliding_window, tables, c.attn_softcap};
   p.rp = RopeParams{c.n_rot, c.rope_neox, inv_freq_.data(), c.rope_pos_scale, c.rope_mscale};
+  be.upload_batch(p.ab);
   be.get_rows(tok_embd_, batch.tokens.data(), m, p.x);
   if (c.embed_scale != 1.0f) be.scale(p.x, m * d, c.embed_scale);
   return p;
@@ -443,11 +438,15 @@ void Transformer::output(Pass& p, float* logits) const {
   // Only the rows whose logits are wanted go through the output head.
   const int64_t nr = static_cast<int64_t>(p.batch.logit_rows.size());
   if (nr == 0) return;
-  float* rows = grow(p.ws.rows, nr * d);
-  for (int64_t i = 0; i < nr; ++i) std::memcpy(rows + i * d, p.x + p.batch.logit_rows[i] * d, sizeof(float) * d);
+  float* rows = p.dws.get<float>(kSlotRows, nr * d);
+  p.be.gather_rows(p.x, p.batch.logit_rows.data(), nr, d, rows);
   p.be.rms_norm(rows, output_norm_.data(), nr, d, c.rms_eps, rows);
-  linear(p, output_, rows, nr, logits);
-  if (c.final_softcap > 0) p.be.softcap(logits, nr * c.n_vocab, c.final_softcap);
+  // The edge out: on the CPU the head writes `logits` itself.
+  const size_t bytes = sizeof(float) * static_cast<size_t>(nr) * static_cast<size_t>(c.n_vocab);
+  float* out = static_cast<float*>(p.dws.output(kSlotLogits, logits, bytes));
+  linear(p, output_, rows, nr, out);
+  if (c.final_softcap > 0) p.be.softcap(out, nr * c.n_vocab, c.final_softcap);
+  p.dws.download(logits, out, bytes);
 }
 
 }  // namespace infer

@@ -42,16 +42,25 @@ struct LayerWeights {
   FfnWeights ffn;
 };
 
+// The backend workspace's slots a forward pass uses (core/backend.h).
+enum WorkspaceSlot : int {
+  kSlotX = 0, kSlotXb, kSlotQ, kSlotK, kSlotV, kSlotAtt, kSlotGate, kSlotUp, kSlotRows,
+  kSlotXperm,                 // 3 slots: inputs gathered for permuted weights (WeightView::perm)
+  kSlotLogits = kSlotXperm + 3,
+  kSlotMoe,                   // kMoeSlots slots: the mixture-of-experts block (model/moe.h)
+};
+
 // One forward pass in flight: the batch, its activation buffers ([m][...]
-// rows, from the workspace) and what every layer shares.
+// rows, backend memory from the workspace) and what every layer shares.
 struct Pass {
   const Batch& batch;
   KvCache& kv;
   Backend& be;
+  Workspace& ws;          // host side
+  BackendWorkspace& dws;  // the activations
   int64_t m = 0;
   float *x = nullptr, *xb = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr;
   float *gate = nullptr, *up = nullptr;
-  Workspace& ws;
   AttnBatch ab;
   RopeParams rp;
 };
@@ -65,7 +74,7 @@ class Transformer : public Model {
   void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
                const uint8_t* skip) const override;
   void for_each_weight(const std::function<void(const WeightView&)>& fn) const override;
-  void reserve_workspace(Workspace& ws, int64_t rows) const override;
+  void reserve_workspace(Workspace& ws, Backend& be, int64_t rows) const override;
 
  protected:
   Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only);
@@ -124,14 +133,14 @@ class Transformer : public Model {
   // the architecture has another (Mixtral's experts).
   virtual void ffn(Pass& p, int layer, const float* in, float* out) const { gated_ffn(p, layers_[layer].ffn, in, out); }
   // x[perm] for a weight with an input permutation: the m rows of `in`
-  // (w.n_in values each) gathered into the workspace's buffer `slot`; `in`
-  // itself for any other weight.
+  // (w.n_in values each) gathered by the backend into the workspace's
+  // buffer kSlotXperm + slot; `in` itself for any other weight.
   const float* permuted(Pass& p, const WeightView& w, const float* in, int64_t m, int slot) const;
   // out[m][w.n_out] = in · Wᵀ, through the input permutation when w has one.
   void linear(Pass& p, const WeightView& w, const float* in, int64_t m, float* out, int slot = 0) const {
     p.be.matmul(w, permuted(p, w, in, m, slot), m, out);
   }
-  // Logits of the batch's logit_rows.
+  // Logits of the batch's logit_rows, into host memory (the edge out).
   void output(Pass& p, float* logits) const;
 
   std::vector<LayerWeights> layers_;
