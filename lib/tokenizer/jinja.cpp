@@ -152,6 +152,83 @@ std::string py_float(double d) {
   return neg ? "-" + out : out;
 }
 
+// ---- bounded walks over values and linear substring search ------------------------------
+
+// The deepest value graph a walk (printing, tojson, comparison) follows.
+constexpr size_t kMaxValueDepth = 128;
+// What one element of a list (or one dict entry) costs the working-memory budget:
+// the Value itself plus the bookkeeping beside it.
+constexpr uint64_t kValueBytes = sizeof(Value) + 16;
+// Bytes scanned (compared, searched, copied) per step charged to the step budget.
+constexpr uint64_t kScanBytesPerStep = 64;
+
+// The render's budgets, as seen by code outside the renderer.
+struct Meter {
+  virtual ~Meter() = default;
+  virtual void steps(uint64_t n) = 0;
+};
+
+// Guards one recursive walk over a value graph: values that contain
+// themselves (a namespace stored in itself, directly or through lists and
+// dicts) and graphs deeper than kMaxValueDepth are refused with a Limit
+// error, never followed until the stack overflows; with a meter, every
+// container visited and every byte compared costs steps.
+class Walk {
+ public:
+  Walk(const char* what, int line, Meter* meter) : what_(what), line_(line), meter_(meter) {}
+  void enter(const void* container) {
+    if (meter_) meter_->steps(1);
+    if (std::find(path_.begin(), path_.end(), container) != path_.end())
+      fail(ErrorKind::Limit, line_, strformat("%s: a value contains itself (a namespace, list or dict stored inside itself)", what_));
+    if (path_.size() >= kMaxValueDepth)
+      fail(ErrorKind::Limit, line_, strformat("%s: values nest deeper than %zu levels", what_, kMaxValueDepth));
+    path_.push_back(container);
+  }
+  void leave() { path_.pop_back(); }
+  void scan(size_t bytes) {
+    if (meter_) meter_->steps(bytes / kScanBytesPerStep);
+  }
+  int line() const { return line_; }
+  const char* what() const { return what_; }
+
+ private:
+  const char* what_;
+  int line_;
+  Meter* meter_;
+  std::vector<const void*> path_;
+};
+
+// Substring search in linear time (Knuth-Morris-Pratt for needles longer than
+// a few bytes; the plain search is linear enough for those), so that `in`,
+// find, count, replace and split over megabytes cannot run for minutes.
+class Finder {
+ public:
+  explicit Finder(std::string_view needle) : n_(needle) {
+    if (n_.size() <= kShort) return;
+    fail_.assign(n_.size(), 0);
+    for (uint32_t i = 1, k = 0; i < n_.size(); ++i) {
+      while (k > 0 && n_[i] != n_[k]) k = fail_[k - 1];
+      if (n_[i] == n_[k]) ++k;
+      fail_[i] = k;
+    }
+  }
+  // The first position >= from where the needle starts, or npos.
+  size_t find(std::string_view hay, size_t from) const {
+    if (from > hay.size()) return std::string_view::npos;
+    if (n_.size() <= kShort) return hay.find(n_, from);
+    for (size_t i = from, k = 0; i < hay.size(); ++i) {  // k < needle size
+      while (k > 0 && hay[i] != n_[k]) k = fail_[k - 1];
+      if (hay[i] == n_[k] && ++k == n_.size()) return i + 1 - n_.size();
+    }
+    return std::string_view::npos;
+  }
+
+ private:
+  static constexpr size_t kShort = 8;
+  std::string_view n_;
+  std::vector<uint32_t> fail_;  // needles are at most the output budget (16 MiB)
+};
+
 // ---- JSON --------------------------------------------------------------------------------
 
 void json_string(std::string& out, std::string_view s) {
@@ -179,8 +256,9 @@ void json_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
-void json_dump(std::string& out, const Value& v, int indent, int level, size_t limit) {
-  if (out.size() > limit) fail(ErrorKind::Limit, 0, "tojson output exceeds the size limit");
+void json_dump(std::string& out, const Value& v, int indent, int level, size_t limit, Walk& w) {
+  if (out.size() > limit)
+    fail(ErrorKind::Limit, w.line(), strformat("tojson output exceeds the output budget (%zu bytes)", limit));
   auto newline = [&](int lvl) {
     out += '\n';
     out.append(static_cast<size_t>(indent) * static_cast<size_t>(lvl), ' ');
@@ -201,14 +279,16 @@ void json_dump(std::string& out, const Value& v, int indent, int level, size_t l
         out += "[]";
         return;
       }
+      w.enter(&a);
       out += '[';
       for (size_t i = 0; i < a.size(); ++i) {
         if (i) out += indent >= 0 ? "," : ", ";
         if (indent >= 0) newline(level + 1);
-        json_dump(out, a[i], indent, level + 1, limit);
+        json_dump(out, a[i], indent, level + 1, limit, w);
       }
       if (indent >= 0) newline(level);
       out += ']';
+      w.leave();
       return;
     }
     case Value::Kind::Object: {
@@ -217,20 +297,22 @@ void json_dump(std::string& out, const Value& v, int indent, int level, size_t l
         out += "{}";
         return;
       }
+      w.enter(&v.obj());
       out += '{';
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += indent >= 0 ? "," : ", ";
         if (indent >= 0) newline(level + 1);
         json_string(out, items[i].first);
         out += ": ";
-        json_dump(out, items[i].second, indent, level + 1, limit);
+        json_dump(out, items[i].second, indent, level + 1, limit, w);
       }
       if (indent >= 0) newline(level);
       out += '}';
+      w.leave();
       return;
     }
-    case Value::Kind::Undefined: fail(ErrorKind::Runtime, 0, "tojson: an undefined value is not JSON serializable");
-    case Value::Kind::Callable: fail(ErrorKind::Runtime, 0, "tojson: a function is not JSON serializable");
+    case Value::Kind::Undefined: fail(ErrorKind::Runtime, w.line(), "tojson: an undefined value is not JSON serializable");
+    case Value::Kind::Callable: fail(ErrorKind::Runtime, w.line(), "tojson: a function is not JSON serializable");
   }
 }
 
@@ -311,7 +393,8 @@ const Value* Value::find(std::string_view key) const { return kind_ == Kind::Obj
 
 std::string Value::to_json(int indent) const {
   std::string out;
-  json_dump(out, *this, indent, 0, std::numeric_limits<size_t>::max());
+  Walk w("to_json", 0, nullptr);
+  json_dump(out, *this, indent, 0, std::numeric_limits<size_t>::max(), w);
   return out;
 }
 
@@ -653,7 +736,8 @@ class Parser {
   std::vector<Token> toks_;
   const Limits& lim_;
   size_t p_ = 0;
-  int depth_ = 0;  // recursion depth of the parser
+  int depth_ = 0;     // recursion depth of the parser
+  size_t nodes_ = 0;  // nodes made
 
   struct Guard {
     Parser& p;
@@ -700,6 +784,8 @@ class Parser {
   }
 
   NodeP make(NT t, int line) {
+    if (++nodes_ > lim_.max_nodes)
+      fail(ErrorKind::Limit, line, strformat("the template has more than %zu syntax nodes (the parse budget)", lim_.max_nodes));
     auto n = std::make_unique<Node>();
     n->t = t;
     n->line = line;
@@ -1301,10 +1387,14 @@ bool truthy(const Value& v) {
   return false;
 }
 
-std::string py_repr(const Value& v);
+void repr_into(std::string& out, const Value& v, size_t limit, Walk& w);
 
-// Python's str().
-std::string to_str(const Value& v) {
+// The default bound of text made outside a render's budgets (error messages, to_json).
+constexpr size_t kDefaultTextLimit = size_t{16} << 20;
+
+// Python's str(); lists, dicts and namespaces through repr_into (bounded:
+// `limit` bytes, cycles and depth refused).
+std::string to_str(const Value& v, size_t limit = kDefaultTextLimit, Meter* meter = nullptr, int line = 0) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return std::string();
     case Value::Kind::None: return "None";
@@ -1313,7 +1403,12 @@ std::string to_str(const Value& v) {
     case Value::Kind::Float: return py_float(v.as_float());
     case Value::Kind::String: return v.str();
     case Value::Kind::Callable: return "<function " + v.fn().name + ">";
-    default: return py_repr(v);
+    default: {
+      std::string out;
+      Walk w("printing a value", line, meter);
+      repr_into(out, v, limit, w);
+      return out;
+    }
   }
 }
 
@@ -1346,29 +1441,53 @@ std::string repr_string(const std::string& s) {
   return out;
 }
 
-std::string py_repr(const Value& v) {
+// Appends Python's repr() of v to out; Limit error once out passes `limit`.
+void repr_into(std::string& out, const Value& v, size_t limit, Walk& w) {
+  if (out.size() > limit)
+    fail(ErrorKind::Limit, w.line(), strformat("%s: the text exceeds the output budget (%zu bytes)", w.what(), limit));
   switch (v.kind()) {
-    case Value::Kind::Undefined: return "Undefined";
-    case Value::Kind::String: return repr_string(v.str());
+    case Value::Kind::Undefined: out += "Undefined"; return;
+    case Value::Kind::String: out += repr_string(v.str()); return;
     case Value::Kind::Array: {
-      std::string out = v.is_tuple() ? "(" : "[";
       const Array& a = v.arr();
-      for (size_t i = 0; i < a.size(); ++i) out += (i ? ", " : "") + py_repr(a[i]);
-      if (v.is_tuple()) return out + (a.size() == 1 ? ",)" : ")");
-      return out + "]";
+      w.enter(&a);
+      out += v.is_tuple() ? "(" : "[";
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (i) out += ", ";
+        repr_into(out, a[i], limit, w);
+      }
+      out += v.is_tuple() ? (a.size() == 1 ? ",)" : ")") : "]";
+      w.leave();
+      return;
     }
     case Value::Kind::Object: {
-      std::string out = v.obj().is_namespace ? "<Namespace {" : "{";
+      w.enter(&v.obj());
+      out += v.obj().is_namespace ? "<Namespace {" : "{";
       const auto& items = v.obj().items;
-      for (size_t i = 0; i < items.size(); ++i)
-        out += (i ? ", " : "") + repr_string(items[i].first) + ": " + py_repr(items[i].second);
-      return out + (v.obj().is_namespace ? "}>" : "}");
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i) out += ", ";
+        out += repr_string(items[i].first);
+        out += ": ";
+        repr_into(out, items[i].second, limit, w);
+      }
+      out += v.obj().is_namespace ? "}>" : "}";
+      w.leave();
+      return;
     }
-    default: return to_str(v);
+    default: out += to_str(v); return;
   }
 }
 
-bool py_eq(const Value& a, const Value& b) {
+// Python's repr(), bounded as to_str is.
+std::string py_repr(const Value& v, size_t limit = kDefaultTextLimit, Meter* meter = nullptr, int line = 0) {
+  std::string out;
+  Walk w("printing a value", line, meter);
+  repr_into(out, v, limit, w);
+  return out;
+}
+
+// Python's ==; the walk bounds the depth, refuses cycles and charges the work.
+bool py_eq(const Value& a, const Value& b, Walk& w) {
   if (is_number(a) && is_number(b)) {
     if (is_intlike(a) && is_intlike(b)) return a.as_int() == b.as_int();
     return num(a) == num(b);
@@ -1377,21 +1496,29 @@ bool py_eq(const Value& a, const Value& b) {
   switch (a.kind()) {
     case Value::Kind::Undefined:
     case Value::Kind::None: return true;
-    case Value::Kind::String: return a.str() == b.str();
+    case Value::Kind::String:
+      if (a.str().size() != b.str().size()) return false;
+      w.scan(a.str().size());
+      return a.str() == b.str();
     case Value::Kind::Array: {
       if (a.arr().size() != b.arr().size()) return false;
+      w.enter(&a.arr());
       for (size_t i = 0; i < a.arr().size(); ++i)
-        if (!py_eq(a.arr()[i], b.arr()[i])) return false;
+        if (!py_eq(a.arr()[i], b.arr()[i], w)) return false;
+      w.leave();
       return true;
     }
     case Value::Kind::Object: {
       if (a.obj().is_namespace || a.obj().is_loop || b.obj().is_namespace || b.obj().is_loop)
         return &a.obj() == &b.obj();
       if (a.obj().items.size() != b.obj().items.size()) return false;
+      w.enter(&a.obj());
       for (const auto& kv : a.obj().items) {
+        w.scan(b.obj().items.size() * 16);  // the key lookup
         const Value* o = b.find(kv.first);
-        if (!o || !py_eq(kv.second, *o)) return false;
+        if (!o || !py_eq(kv.second, *o, w)) return false;
       }
+      w.leave();
       return true;
     }
     case Value::Kind::Callable: return &a.fn() == &b.fn();
@@ -1400,16 +1527,26 @@ bool py_eq(const Value& a, const Value& b) {
 }
 
 // a < b, Python's rules; Runtime error for types that do not order.
-bool py_lt(const Value& a, const Value& b, int line) {
+bool py_lt(const Value& a, const Value& b, Walk& w) {
+  const int line = w.line();
   if (is_number(a) && is_number(b)) {
     if (is_intlike(a) && is_intlike(b)) return a.as_int() < b.as_int();
     return num(a) < num(b);
   }
-  if (a.is_string() && b.is_string()) return a.str() < b.str();
+  if (a.is_string() && b.is_string()) {
+    w.scan(std::min(a.str().size(), b.str().size()));
+    return a.str() < b.str();
+  }
   if (a.is_array() && b.is_array()) {
     const Array &x = a.arr(), &y = b.arr();
+    w.enter(&x);
     for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-      if (!py_eq(x[i], y[i])) return py_lt(x[i], y[i], line);
+      if (!py_eq(x[i], y[i], w)) {
+        const bool r = py_lt(x[i], y[i], w);
+        w.leave();
+        return r;
+      }
+    w.leave();
     return x.size() < y.size();
   }
   fail(ErrorKind::Runtime, line,
@@ -1463,9 +1600,20 @@ Value arg_or(const CallArgs& a, size_t pos, const char* kw, Value def) {
   return v ? *v : def;
 }
 
-class Renderer {
+class Renderer final : public Meter {
  public:
   Renderer(const Limits& lim, const RenderOptions& opt) : lim_(lim), opt_(opt) {}
+  // Namespaces are the one value that can be made to contain itself: the
+  // render's own are emptied when it ends, so that no cycle of shared
+  // pointers outlives it.
+  ~Renderer() override {
+    for (Value& ns : namespaces_) ns.obj().items.clear();
+  }
+
+  void steps(uint64_t n) override {
+    steps_ += n;
+    if (steps_ > lim_.max_steps) step_budget_overrun(line_);
+  }
 
   std::string run(const Node& root, const Value& globals) {
     auto builtins = std::make_shared<Frame>();
@@ -1477,7 +1625,7 @@ class Renderer {
     };
     fn("raise_exception", [this](CallArgs& a) -> Value {
       const Value* m = arg_of(a, 0, "message");
-      fail(ErrorKind::Raised, line_, m ? to_str(*m) : std::string("raise_exception() called"));
+      fail(ErrorKind::Raised, line_, m ? str(*m) : std::string("raise_exception() called"));
     });
     fn("strftime_now", [this](CallArgs& a) -> Value {
       const Value* f = arg_of(a, 0, "format");
@@ -1490,9 +1638,11 @@ class Renderer {
       const size_t n = std::strftime(buf, sizeof buf, f->str().c_str(), &tm);
       return Value(std::string(buf, n));
     });
-    fn("namespace", [](CallArgs& a) -> Value {
+    fn("namespace", [this](CallArgs& a) -> Value {
       Value ns = Value::object();
       ns.obj().is_namespace = true;
+      charge(kValueBytes * (1 + a.keyword.size()));
+      namespaces_.push_back(ns);
       for (const Value& p : a.positional)
         if (p.is_object())
           for (const auto& kv : p.obj().items) ns.set(kv.first, kv.second);
@@ -1516,11 +1666,16 @@ class Renderer {
         v[n == 1 ? 1 : i] = a.positional[i].as_int();
       }
       if (v[2] == 0) fail(ErrorKind::Runtime, line_, "range() step must not be zero");
+      // The length first (in 128 bits: no overflow), charged before anything is allocated.
+      const __int128 span = v[2] > 0 ? static_cast<__int128>(v[1]) - v[0] : static_cast<__int128>(v[0]) - v[1];
+      const __int128 step = v[2] > 0 ? static_cast<__int128>(v[2]) : -static_cast<__int128>(v[2]);
+      const __int128 len = span <= 0 ? 0 : (span + step - 1) / step;
+      if (len > static_cast<__int128>(lim_.max_work_bytes / kValueBytes)) work_budget_overrun("range()");
+      const size_t n_items = static_cast<size_t>(len);
+      charge(n_items * kValueBytes);
       Array out;
-      for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) {
-        charge(16);
-        out.emplace_back(i);
-      }
+      out.reserve(n_items);
+      for (size_t k = 0; k < n_items; ++k) out.emplace_back(static_cast<int64_t>(v[0] + static_cast<__int128>(k) * v[2]));
       return Value::array(std::move(out));
     });
     frames_.push_back(builtins);
@@ -1545,28 +1700,64 @@ class Renderer {
   std::string* out_ = nullptr;
   uint64_t steps_ = 0;
   uint64_t work_ = 0;
+  std::vector<Value> namespaces_;  // every namespace() made by this render
   int call_depth_ = 0;
   int line_ = 0;          // the line being evaluated, for errors raised by builtins
   Value pending_caller_;  // caller() for the macro a {% call %} block is about to run
 
+  [[noreturn]] void step_budget_overrun(int line) {
+    fail(ErrorKind::Limit, line,
+         strformat("the step budget is spent: rendering took more than %llu steps (loops, calls, comparisons and "
+                   "text searched)",
+                   static_cast<unsigned long long>(lim_.max_steps)));
+  }
+  [[noreturn]] void work_budget_overrun(const char* what) {
+    fail(ErrorKind::Limit, line_,
+         strformat("the working-memory budget is spent: %s would take the values made by this render past %llu bytes",
+                   what, static_cast<unsigned long long>(lim_.max_work_bytes)));
+  }
   void tick(int line) {
     line_ = line;
-    if (++steps_ > lim_.max_steps)
-      fail(ErrorKind::Limit, line, strformat("rendering took more than %llu steps", static_cast<unsigned long long>(lim_.max_steps)));
+    if (++steps_ > lim_.max_steps) step_budget_overrun(line);
   }
-  void charge(size_t bytes) {
+  // Charges `bytes` of values about to be made to the working-memory budget
+  // (every string, list and dict a render makes is charged when made).
+  void charge(uint64_t bytes, const char* what = "a value") {
+    if (bytes > lim_.max_work_bytes || work_ + bytes > lim_.max_work_bytes) work_budget_overrun(what);
     work_ += bytes;
-    if (work_ > lim_.max_work_bytes) fail(ErrorKind::Limit, line_, "rendering produced more data than the limit");
+  }
+  // Charges n elements of a list about to be made.
+  void charge_items(uint64_t n, const char* what = "a list") {
+    if (n > lim_.max_work_bytes / kValueBytes) work_budget_overrun(what);
+    charge(n * kValueBytes, what);
+  }
+  // The work of scanning or copying `bytes` bytes, to the step budget.
+  void scan(uint64_t bytes) { steps(bytes / kScanBytesPerStep); }
+  void check_size(uint64_t bytes, const char* what) {
+    if (bytes > lim_.max_output)
+      fail(ErrorKind::Limit, line_,
+           strformat("the output budget is spent: %s would make a string longer than %zu bytes", what, lim_.max_output));
   }
   Value make_string(std::string s) {
-    if (s.size() > lim_.max_output) fail(ErrorKind::Limit, line_, "a string exceeds the output size limit");
-    charge(s.size());
+    check_size(s.size(), "an operation");
+    charge(s.size() + kValueBytes, "a string");
+    scan(s.size());
     return Value(std::move(s));
   }
   void emit(const std::string& s) {
     if (out_->size() + s.size() > lim_.max_output)
-      fail(ErrorKind::Limit, line_, strformat("the output exceeds %zu bytes", lim_.max_output));
+      fail(ErrorKind::Limit, line_, strformat("the output budget is spent: the output exceeds %zu bytes", lim_.max_output));
+    scan(s.size());
     *out_ += s;
+  }
+  std::string str(const Value& v) { return to_str(v, lim_.max_output, this, line_); }
+  bool eq(const Value& a, const Value& b) {
+    Walk w("comparing values", line_, this);
+    return py_eq(a, b, w);
+  }
+  bool lt(const Value& a, const Value& b, int line) {
+    Walk w("comparing values", line, this);
+    return py_lt(a, b, w);
   }
 
   Value lookup(const std::string& name) const {
@@ -1600,7 +1791,7 @@ class Renderer {
       case NT::Output: {
         const Value v = eval(*n.kids[0]);
         line_ = n.line;
-        emit(to_str(v));
+        emit(str(v));
         return Flow::Normal;
       }
       case NT::If: {
@@ -1657,11 +1848,11 @@ class Renderer {
           }
           out_ = saved_out;
           frames_ = saved;
-          return Value(std::move(buf));
+          return make_string(std::move(buf));
         };
         const Value v = eval_call(*n.kids[0], Value::callable(std::move(c)));
         line_ = n.line;
-        emit(to_str(v));
+        emit(str(v));
         return Flow::Normal;
       }
       case NT::Break: return Flow::Break;
@@ -1670,13 +1861,22 @@ class Renderer {
     }
   }
 
+  // Byte offsets of a string's code points, charged (8 bytes a byte, and the scan).
+  std::vector<size_t> offsets(const std::string& s) {
+    charge(uint64_t{sizeof(size_t)} * (s.size() + 1), "indexing a string");
+    scan(s.size());
+    return cp_offsets(s);
+  }
+
+  // The items a for loop or a filter walks over (a copy: charged as a new list).
   std::vector<Value> iterate(const Value& v, int line) {
     switch (v.kind()) {
       case Value::Kind::Undefined: return {};
-      case Value::Kind::Array: return v.arr();
+      case Value::Kind::Array: charge_items(v.arr().size(), "iterating over a list"); return v.arr();
       case Value::Kind::Object: {
         if (v.obj().is_namespace || v.obj().is_loop)
           fail(ErrorKind::Runtime, line, std::string("'") + type_name(v) + "' object is not iterable");
+        charge_items(v.obj().items.size(), "iterating over a dict");
         std::vector<Value> keys;
         for (const auto& kv : v.obj().items) keys.emplace_back(kv.first);
         return keys;
@@ -1684,6 +1884,8 @@ class Renderer {
       case Value::Kind::String: {
         std::vector<Value> chars;
         const std::string& s = v.str();
+        scan(s.size());
+        charge_items(cp_count(s) * 2, "iterating over a string");
         for (size_t i = 0; i < s.size();) {
           size_t len;
           decode(s, i, &len);
@@ -1709,7 +1911,6 @@ class Renderer {
 
   Flow exec_for(const Node& n) {
     std::vector<Value> items = iterate(eval(*n.kids[0]), n.line);
-    charge(items.size() * 16);
     if (n.kids[3]) {  // {% for x in xs if cond %}
       std::vector<Value> kept;
       for (const Value& item : items) {
@@ -1802,7 +2003,7 @@ class Renderer {
     --call_depth_;
     out_ = saved_out;
     frames_.swap(saved);
-    return Value(std::move(buf));
+    return make_string(std::move(buf));
   }
 
   // ---- expressions ----
@@ -1825,14 +2026,14 @@ class Renderer {
         line_ = n.line;
         if (obj.is_array()) {
           const auto idx = slice_indices(obj.arr().size(), a, b, c, n.line);
+          charge_items(idx.size(), "a slice");
           Array out;
           out.reserve(idx.size());
           for (size_t i : idx) out.push_back(obj.arr()[i]);
-          charge(out.size() * 16);
           return Value::array(std::move(out));
         }
         if (obj.is_string()) {
-          const auto off = cp_offsets(obj.str());
+          const auto off = offsets(obj.str());
           const auto idx = slice_indices(off.size() - 1, a, b, c, n.line);
           std::string out;
           for (size_t i : idx) out.append(obj.str(), off[i], off[i + 1] - off[i]);
@@ -1898,7 +2099,7 @@ class Renderer {
       case NT::List: {
         Array a;
         for (const auto& k : n.kids) a.push_back(eval(*k));
-        charge(a.size() * 16);
+        charge_items(a.size(), "a list literal");
         return n.flag ? Value::tuple(std::move(a)) : Value::array(std::move(a));
       }
       case NT::Dict: {
@@ -1908,7 +2109,7 @@ class Renderer {
           if (!k.is_string()) fail(ErrorKind::Unsupported, n.line, "dict keys other than strings are not supported");
           d.set(k.str(), eval(*n.kids[i + 1]));
         }
-        charge(d.obj().items.size() * 32);
+        charge_items(d.obj().items.size(), "a dict literal");
         return d;
       }
       default: fail(ErrorKind::Runtime, n.line, "internal: statement where an expression was expected");
@@ -1945,7 +2146,7 @@ class Renderer {
       return i < 0 ? Value() : obj.arr()[static_cast<size_t>(i)];
     }
     if (obj.is_string() && is_intlike(key)) {
-      const auto off = cp_offsets(obj.str());
+      const auto off = offsets(obj.str());
       const int64_t i = norm_index(key.as_int(), off.size() - 1);
       if (i < 0) return Value();
       const size_t k = static_cast<size_t>(i);
@@ -1998,7 +2199,7 @@ class Renderer {
 
   Value binary(const std::string& op, const Value& l, const Value& r, const Node& n) {
     const int line = n.line;
-    if (op == "~") return make_string(to_str(l) + to_str(r));
+    if (op == "~") return make_string(str(l) + str(r));
     auto undefined_operand = [&]() {
       const Node& which = l.is_undefined() ? *n.kids[0] : *n.kids[1];
       fail(ErrorKind::Runtime, line, undefined_msg(which) + " (operand of '" + op + "')");
@@ -2011,9 +2212,9 @@ class Renderer {
     if (op == "+") {
       if (l.is_string() && r.is_string()) return make_string(l.str() + r.str());
       if (l.is_array() && r.is_array()) {
+        charge_items(static_cast<uint64_t>(l.arr().size()) + r.arr().size(), "'+' of lists");
         Array a = l.arr();
         a.insert(a.end(), r.arr().begin(), r.arr().end());
-        charge(a.size() * 16);
         return Value::array(std::move(a));
       }
     }
@@ -2021,18 +2222,25 @@ class Renderer {
       const Value* seq = l.is_string() || l.is_array() ? &l : r.is_string() || r.is_array() ? &r : nullptr;
       const Value* cnt = seq == &l ? &r : &l;
       if (seq && is_intlike(*cnt)) {
-        const int64_t k = std::max<int64_t>(0, cnt->as_int());
-        const size_t unit = seq->is_string() ? seq->str().size() : seq->arr().size() * 16;
-        if (unit && static_cast<uint64_t>(k) > lim_.max_output / unit)
-          fail(ErrorKind::Limit, line, "repetition exceeds the size limit");
+        const uint64_t k = static_cast<uint64_t>(std::max<int64_t>(0, cnt->as_int()));
+        // The size is checked (and charged) before anything is made; an empty
+        // operand makes an empty result however large the count.
         if (seq->is_string()) {
+          const uint64_t unit = seq->str().size();
+          if (unit == 0 || k == 0) return Value(std::string());
+          if (k > lim_.max_output / unit) check_size(lim_.max_output + uint64_t{1}, "'*' of a string");
           std::string s;
-          for (int64_t i = 0; i < k; ++i) s += seq->str();
+          s.reserve(static_cast<size_t>(unit * k));
+          for (uint64_t i = 0; i < k; ++i) s += seq->str();
           return make_string(std::move(s));
         }
+        const uint64_t unit = seq->arr().size();
+        if (unit == 0 || k == 0) return Value::array();
+        if (k > lim_.max_work_bytes / kValueBytes / unit) work_budget_overrun("'*' of a list");
+        charge_items(unit * k, "'*' of a list");
         Array a;
-        for (int64_t i = 0; i < k; ++i) a.insert(a.end(), seq->arr().begin(), seq->arr().end());
-        charge(a.size() * 16);
+        a.reserve(static_cast<size_t>(unit * k));
+        for (uint64_t i = 0; i < k; ++i) a.insert(a.end(), seq->arr().begin(), seq->arr().end());
         return Value::array(std::move(a));
       }
     }
@@ -2099,31 +2307,52 @@ class Renderer {
     if (hay.is_string()) {
       if (!needle.is_string())
         fail(ErrorKind::Runtime, line, std::string("'in <string>' requires a string, not ") + type_name(needle));
-      return hay.str().find(needle.str()) != std::string::npos;
+      return search(hay.str(), needle.str(), 0) != std::string::npos;
     }
     if (hay.is_array()) {
-      for (const Value& v : hay.arr())
-        if (py_eq(v, needle)) return true;
+      for (const Value& v : hay.arr()) {
+        tick(line);
+        if (eq(v, needle)) return true;
+      }
       return false;
     }
-    if (hay.is_object() && !hay.obj().is_namespace && !hay.obj().is_loop)
+    if (hay.is_object() && !hay.obj().is_namespace && !hay.obj().is_loop) {
+      steps(hay.obj().items.size() / 16);
       return needle.is_string() && hay.find(needle.str()) != nullptr;
+    }
     if (hay.is_undefined()) return false;
     fail(ErrorKind::Runtime, line, std::string("argument of type '") + type_name(hay) + "' is not iterable");
   }
 
   bool compare(const std::string& op, const Value& l, const Value& r, int line) {
-    if (op == "==") return py_eq(l, r);
-    if (op == "!=") return !py_eq(l, r);
+    if (op == "==") return eq(l, r);
+    if (op == "!=") return !eq(l, r);
     if (op == "in") return contains(r, l, line);
     if (op == "not in") return !contains(r, l, line);
-    if (op == "<") return py_lt(l, r, line);
-    if (op == ">") return py_lt(r, l, line);
-    if (op == "<=") return !py_lt(r, l, line);
-    return !py_lt(l, r, line);  // >=
+    if (op == "<") return lt(l, r, line);
+    if (op == ">") return lt(r, l, line);
+    if (op == "<=") return !lt(r, l, line);
+    return !lt(l, r, line);  // >=
   }
 
   // ---- methods, filters, tests ----
+
+  // The first occurrence of needle in hay at or after from (linear time; the
+  // bytes scanned are charged to the step budget).
+  Finder finder(const std::string& needle) {
+    scan(needle.size());  // the table: transient, its making charged as steps
+    return Finder(needle);
+  }
+  size_t search(const std::string& hay, const std::string& needle, size_t from) {
+    const Finder f = finder(needle);
+    return search(f, hay, needle.size(), from);
+  }
+  size_t search(const Finder& f, const std::string& hay, size_t needle_size, size_t from) {
+    const size_t at = f.find(hay, from);
+    const size_t end = at == std::string::npos ? hay.size() : at + needle_size;
+    scan(end > from ? end - from : 0);
+    return at;
+  }
 
   [[noreturn]] void unsupported(const char* what, const std::string& name, int line) {
     fail(ErrorKind::Unsupported, line, strformat("the %s '%s' is not supported", what, name.c_str()));
@@ -2140,6 +2369,7 @@ class Renderer {
     if (!sep || sep->is_none()) {
       size_t i = skip_py_space(s, 0);
       while (i < s.size()) {
+        charge_items(2, "split()");
         size_t j = i;
         if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
           out.emplace_back(s.substr(i));  // the rest, trailing whitespace kept (Python's rule)
@@ -2158,9 +2388,12 @@ class Renderer {
       const std::string& d = sep->str();
       if (d.empty()) fail(ErrorKind::Runtime, line, "split(): empty separator");
       size_t i = 0;
+      const Finder f = finder(d);
       while (true) {
-        const size_t j = s.find(d, i);
-        if (j == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit)) {
+        charge_items(2, "split()");
+        const size_t j = maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit ? std::string::npos
+                                                                                       : search(f, s, d.size(), i);
+        if (j == std::string::npos) {
           out.emplace_back(s.substr(i));
           break;
         }
@@ -2168,7 +2401,8 @@ class Renderer {
         i = j + d.size();
       }
     }
-    charge(s.size() + out.size() * 16);
+    charge(s.size(), "split()");
+    scan(s.size());
     return Value::array(std::move(out));
   }
 
@@ -2187,25 +2421,27 @@ class Renderer {
     std::string out;
     if (from.empty()) {  // Python inserts `to` around every code point
       int64_t done = 0;
-      const auto off = cp_offsets(s);
+      const auto off = offsets(s);
       for (size_t k = 0; k + 1 < off.size(); ++k) {
         if (count < 0 || done < count) {
           out += to;
           ++done;
         }
         out.append(s, off[k], off[k + 1] - off[k]);
+        check_size(out.size(), "replace()");
       }
       if (count < 0 || done < count) out += to;
       return out;
     }
     size_t i = 0;
     int64_t done = 0;
+    const Finder f = finder(from);
     while (count < 0 || done < count) {
-      const size_t j = s.find(from, i);
+      const size_t j = search(f, s, from.size(), i);
       if (j == std::string::npos) break;
       out.append(s, i, j - i);
       out += to;
-      if (out.size() > lim_.max_output) fail(ErrorKind::Limit, line_, "replace() result exceeds the size limit");
+      check_size(out.size(), "replace()");
       i = j + from.size();
       ++done;
     }
@@ -2252,7 +2488,8 @@ class Renderer {
           cs = chars->str();
         }
         const bool has = chars && !chars->is_none();
-        return Value(py_strip(s, name != "rstrip", name != "lstrip", has ? &cs : nullptr));
+        scan(uint64_t{s.size()} * (has ? cs.size() + 1 : 1));
+        return make_string(py_strip(s, name != "rstrip", name != "lstrip", has ? &cs : nullptr));
       }
       if (name == "split") {
         const Value* ms = arg_of(a, 1, "maxsplit");
@@ -2264,10 +2501,10 @@ class Renderer {
         if (!w || !(w->is_string() || w->is_array())) fail(ErrorKind::Runtime, line, name + "() takes a string or a tuple");
         return Value(affix(s, *w, name == "startswith"));
       }
-      if (name == "upper") return Value(ascii_upper(s));
-      if (name == "lower") return Value(ascii_lower(s));
-      if (name == "title") return Value(py_title(s, false));
-      if (name == "capitalize") return Value(capitalize(s));
+      if (name == "upper") return make_string(ascii_upper(s));
+      if (name == "lower") return make_string(ascii_lower(s));
+      if (name == "title") return make_string(py_title(s, false));
+      if (name == "capitalize") return make_string(capitalize(s));
       if (name == "replace") {
         const Value* c = arg_of(a, 2, "count");
         return make_string(replace(s, str_arg(a, 0, "old", "replace", line), str_arg(a, 1, "new", "replace", line),
@@ -2283,18 +2520,21 @@ class Renderer {
           if (!first) out += s;
           out += v.str();
           first = false;
+          check_size(out.size(), "join()");
         }
         return make_string(std::move(out));
       }
       if (name == "find" || name == "count") {
         const std::string sub = str_arg(a, 0, nullptr, name.c_str(), line);
         if (name == "find") {
-          const size_t k = s.find(sub);
-          return Value(k == std::string::npos ? int64_t{-1} : static_cast<int64_t>(cp_count(s.substr(0, k))));
+          const size_t k = search(s, sub, 0);
+          return Value(k == std::string::npos ? int64_t{-1} : static_cast<int64_t>(cp_count(std::string_view(s).substr(0, k))));
         }
+        scan(s.size());
         if (sub.empty()) return Value(static_cast<int64_t>(cp_count(s) + 1));
         int64_t n = 0;
-        for (size_t k = s.find(sub); k != std::string::npos; k = s.find(sub, k + sub.size())) ++n;
+        const Finder f = finder(sub);
+        for (size_t k = search(f, s, sub.size(), 0); k != std::string::npos; k = search(f, s, sub.size(), k + sub.size())) ++n;
         return Value(n);
       }
       unsupported("string method", name + "()", line);
@@ -2308,8 +2548,8 @@ class Renderer {
       if (name == "items") return items_of(obj, line);
       if (name == "keys" || name == "values") {
         Array out;
+        charge_items(obj.obj().items.size(), "keys() / values()");
         for (const auto& kv : obj.obj().items) out.push_back(name == "keys" ? Value(kv.first) : kv.second);
-        charge(out.size() * 16);
         return Value::array(std::move(out));
       }
       if (name == "get") {
@@ -2355,12 +2595,13 @@ class Renderer {
       }
     }
     if (start < s.size()) lines.push_back(s.substr(start));
+    charge(s.size() + lines.size() * kValueBytes, "indent()");
     std::string out;
     for (size_t i = 0; i < lines.size(); ++i) {
       if (i) out += '\n';
       if (i > 0 && (blank || !lines[i].empty())) out += ind;
       out += lines[i];
-      if (out.size() > lim_.max_output) fail(ErrorKind::Limit, line, "indent() result exceeds the size limit");
+      check_size(out.size(), "indent()");
     }
     if (first) out = ind + out;
     return make_string(std::move(out));
@@ -2370,9 +2611,9 @@ class Renderer {
     if (v.is_undefined()) return Value::array();
     if (!v.is_object() || v.obj().is_namespace || v.obj().is_loop)
       fail(ErrorKind::Runtime, line, std::string("items: expected a dict, found ") + type_name(v));
+    charge_items(uint64_t{4} * v.obj().items.size(), "items()");
     Array out;
     for (const auto& kv : v.obj().items) out.push_back(Value::tuple({Value(kv.first), kv.second}));
-    charge(out.size() * 48);
     return Value::array(std::move(out));
   }
 
@@ -2409,7 +2650,9 @@ class Renderer {
     if (name == "trim") {
       const Value* chars = arg_of(a, 0, "chars");
       std::string cs = chars && chars->is_string() ? chars->str() : std::string();
-      return Value(py_strip(to_str(in), true, true, chars && chars->is_string() ? &cs : nullptr));
+      const std::string text = str(in);
+      scan(uint64_t{text.size()} * (cs.size() + 1));
+      return make_string(py_strip(text, true, true, chars && chars->is_string() ? &cs : nullptr));
     }
     if (name == "length" || name == "count") {
       switch (in.kind()) {
@@ -2438,18 +2681,15 @@ class Renderer {
         }
       }
       std::string out;
-      try {
-        json_dump(out, in, indent, 0, lim_.max_output);
-      } catch (const TemplateError& e) {
-        throw TemplateError(e.kind(), line, e.what() + std::strlen("chat template: "));
-      }
+      Walk w("tojson", line, this);
+      json_dump(out, in, indent, 0, lim_.max_output, w);
       return make_string(std::move(out));
     }
-    if (name == "upper") return Value(ascii_upper(to_str(in)));
-    if (name == "lower") return Value(ascii_lower(to_str(in)));
-    if (name == "capitalize") return Value(capitalize(to_str(in)));
-    if (name == "title") return Value(py_title(to_str(in), true));
-    if (name == "string") return Value(to_str(in));
+    if (name == "upper") return make_string(ascii_upper(str(in)));
+    if (name == "lower") return make_string(ascii_lower(str(in)));
+    if (name == "capitalize") return make_string(capitalize(str(in)));
+    if (name == "title") return make_string(py_title(str(in), true));
+    if (name == "string") return in.is_string() ? in : make_string(str(in));
     if (name == "default" || name == "d") {
       const Value def = arg_or(a, 0, "default_value", Value(""));
       const bool boolean = truthy(arg_or(a, 1, "boolean", Value(false)));
@@ -2465,31 +2705,30 @@ class Renderer {
       fail(ErrorKind::Runtime, line, std::string("'") + type_name(in) + "' object is not iterable");
     }
     if (name == "join") {
-      const std::string sep = to_str(arg_or(a, 0, "d", Value("")));
+      const std::string sep = str(arg_or(a, 0, "d", Value("")));
       const Value attr = arg_or(a, 1, "attribute", Value::none());
       std::string out;
       bool first = true;
       for (const Value& v : iterate(in, line)) {
         if (!first) out += sep;
-        out += to_str(attr.is_none() ? v : attr_path(v, to_str(attr)));
+        out += str(attr.is_none() ? v : attr_path(v, str(attr)));
         first = false;
-        if (out.size() > lim_.max_output) fail(ErrorKind::Limit, line, "join() result exceeds the size limit");
+        check_size(out.size(), "join()");
       }
       return make_string(std::move(out));
     }
     if (name == "list") {
       Array out = iterate(in, line);
-      charge(out.size() * 16);
       return Value::array(std::move(out));
     }
     if (name == "items") return items_of(in, line);
-    if (name == "indent") return indent(to_str(in), a, line);
+    if (name == "indent") return indent(str(in), a, line);
     if (name == "reverse") {
       if (in.is_string()) {
-        const auto off = cp_offsets(in.str());
+        const auto off = offsets(in.str());
         std::string out;
         for (size_t k = off.size() - 1; k > 0; --k) out.append(in.str(), off[k - 1], off[k] - off[k - 1]);
-        return Value(std::move(out));
+        return make_string(std::move(out));
       }
       Array out = iterate(in, line);
       std::reverse(out.begin(), out.end());
@@ -2534,8 +2773,8 @@ class Renderer {
     }
     if (name == "replace") {
       const Value* c = arg_of(a, 2, "count");
-      return make_string(replace(to_str(in), to_str(arg_or(a, 0, "old", Value(""))),
-                                 to_str(arg_or(a, 1, "new", Value(""))), c && is_intlike(*c) ? c->as_int() : -1));
+      return make_string(replace(str(in), str(arg_or(a, 0, "old", Value(""))),
+                                 str(arg_or(a, 1, "new", Value(""))), c && is_intlike(*c) ? c->as_int() : -1));
     }
     if (name == "map") {
       Array out;
@@ -2543,7 +2782,7 @@ class Renderer {
       if (attr) {
         const Value* def = arg_of(a, std::numeric_limits<size_t>::max(), "default");
         for (const Value& v : iterate(in, line)) {
-          Value x = attr_path(v, to_str(*attr));
+          Value x = attr_path(v, str(*attr));
           out.push_back(x.is_undefined() && def ? *def : x);
         }
       } else {
@@ -2605,7 +2844,7 @@ class Renderer {
     if (name == "callable") return k == K::Callable;
     if (name == "lower" || name == "upper") {
       if (k != K::String) return false;
-      const std::string s = to_str(v);
+      const std::string s = str(v);
       return name == "lower" ? ascii_lower(s) == s : ascii_upper(s) == s;
     }
     if (name == "odd" || name == "even" || name == "divisibleby") {
@@ -2627,7 +2866,7 @@ class Renderer {
       if (name == c[0]) {
         const Value* other = arg_of(a, 0, nullptr);
         if (!other) fail(ErrorKind::Runtime, line, "the " + name + " test needs an argument");
-        if (name == "sameas") return py_eq(v, *other) && v.kind() == other->kind() &&
+        if (name == "sameas") return eq(v, *other) && v.kind() == other->kind() &&
                                      (k == K::None || k == K::Bool || k == K::Undefined);
         return compare(c[1], v, *other, line);
       }
@@ -2638,6 +2877,9 @@ class Renderer {
 }  // namespace
 
 Template::Template(std::string_view source, const Limits& limits) : limits_(limits) {
+  if (source.size() > limits_.max_source)
+    fail(ErrorKind::Limit, 0, strformat("the template is %zu bytes, more than the %zu the interpreter reads", source.size(),
+                                        limits_.max_source));
   Parser p(lex(source), limits_);
   root_ = p.parse_template();
 }
