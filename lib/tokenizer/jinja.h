@@ -189,10 +189,18 @@ struct Limits {
   size_t max_nodes = 200'000;       // syntax nodes of a parsed template
 };
 
+// What a render spent of its budgets (filled when the render ends, also
+// when it fails).
+struct RenderStats {
+  uint64_t steps = 0;       // of Limits::max_steps
+  uint64_t work_bytes = 0;  // of Limits::max_work_bytes
+};
+
 struct RenderOptions {
   // The time strftime_now formats (local time, as Hugging Face's
   // datetime.now()); 0 = now.
   std::time_t now = 0;
+  RenderStats* stats = nullptr;  // optional: what the render spent
 };
 
 struct Node;
