@@ -502,3 +502,76 @@ TEST_CASE("chat: C API with the conversation as JSON (tools, tool calls)", "[cha
   apply_json(nullptr, "chatml", R"({"messages": [{"role": "user", "content": null}]})", &st);
   CHECK(st == INFER_ERR_INVALID_ARGUMENT);
 }
+
+// Issue 27: a model file carrying a hostile chat template (a namespace stored
+// in itself, ../shared/repro/untrusted/selfref_template.jinja; a budget bomb)
+// loads with a warning, and chat with the model's own template falls back to
+// a built-in one; rendering the text explicitly is a clear error. Before the
+// fix the first render of the self-reference killed the process (SIGSEGV).
+namespace {
+std::vector<std::string>* g_warnings = nullptr;
+void collect_warning(infer_log_level level, const char* message, void*) {
+  if (g_warnings && level >= INFER_LOG_WARN) g_warnings->push_back(message);
+}
+}  // namespace
+
+TEST_CASE("chat: a model whose template fails its trial render loads with a warning and falls back", "[chat][untrusted]") {
+  std::vector<std::string> warnings;
+  g_warnings = &warnings;
+  infer_set_log_callback(collect_warning, nullptr, INFER_LOG_WARN);
+  auto any_warning = [&](const char* what) {
+    for (const std::string& w : warnings)
+      if (w.find(what) != std::string::npos) return true;
+    return false;
+  };
+  const std::vector<infer_chat_message> msgs = {{"user", "U"}, {"assistant", "A"}, {"user", "V"}};
+  const std::string chatml = "<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n"
+                             "<|im_start|>user\nV<|im_end|>\n<|im_start|>assistant\n";
+  const char* const kSelfRef =
+      "{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}{% for m in messages %}{{ m.content }}{% endfor %}";
+  {
+    TempModel model(kSelfRef);
+    CHECK(any_warning("trial render"));
+    CHECK(any_warning("contains itself"));
+    warnings.clear();
+    infer_status st = INFER_OK;
+    CHECK(apply(model.m, nullptr, msgs, &st) == chatml);  // no family: chatml, as for a model without a template
+    CHECK(st == INFER_OK);
+    CHECK(any_warning("chatml"));
+    // The model's own text on request, or the text itself: a clear error, the host stays up.
+    apply(model.m, "jinja", msgs, &st);
+    CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(infer_last_error()).find("contains itself") != std::string::npos);
+    apply(nullptr, kSelfRef, msgs, &st);
+    CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+    size_t need = 0;
+    st = infer_chat_apply_template_json(nullptr, kSelfRef, R"({"messages": [{"role": "user", "content": "hi"}]})",
+                                        nullptr, 0, &need);
+    CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(infer_last_error()).find("contains itself") != std::string::npos);
+  }
+  {
+    // A ChatML template (recognised family) that also runs a budget bomb: the built-in chatml.
+    const std::string bomb = "{% for i in range(1000000000) %}{% endfor %}"
+                             "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    warnings.clear();
+    TempModel model(bomb);
+    CHECK(any_warning("budget"));
+    infer_status st = INFER_OK;
+    CHECK(apply(model.m, nullptr, msgs, &st) == chatml);
+    CHECK(st == INFER_OK);
+    apply(model.m, "jinja", msgs, &st);
+    CHECK(st == INFER_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(infer_last_error()).find("working-memory budget") != std::string::npos);
+  }
+  {
+    // A template that renders loads without a warning.
+    warnings.clear();
+    TempModel model("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}");
+    CHECK_FALSE(any_warning("trial render"));
+  }
+  infer_set_log_callback(nullptr, nullptr, INFER_LOG_WARN);
+  g_warnings = nullptr;
+}

@@ -222,6 +222,120 @@ TEST_CASE("jinja: runaway templates stop at the limits", "[jinja]") {
   CHECK(f.kind == ErrorKind::Limit);
 }
 
+// Issue 27: values that contain themselves. Before the fix each of these
+// recursed until the stack overflowed (SIGSEGV).
+TEST_CASE("jinja: values that contain themselves are refused, not followed", "[jinja][untrusted]") {
+  const char* const kCycles[] = {
+      "{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns }}",
+      "{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns | tojson }}",
+      "{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns | string }}",
+      "{% set ns = namespace(a=1) %}{% set ns.a = [ns] %}{{ ns.a }}",
+      "{% set ns = namespace(a=1) %}{% set ns.a = {'k': [1, {'j': ns}]} %}{{ ns.a | tojson(indent=2) }}",
+      "{% set ns = namespace(a=1) %}{% set ns.a = {'k': ns} %}{{ [ns.a] == [ns.a] }}{{ ns.a ~ '' }}",
+      "{% set ns = namespace(a=1) %}{% set ns.a = [ns] %}{{ ns.a == [ns] }}{{ ns.a | join(',') }}",
+      "{% set a = namespace() %}{% set b = namespace(a=a) %}{% set a.b = b %}{{ a }}",
+      "{% set ns = namespace(a=1) %}{% set ns.a = ns %}{{ ns.a.a.a | tojson }}",
+      "{% set ns = namespace(l=[]) %}{% set ns.l = [ns.l, ns] %}{% set ns.m = ns.l %}{{ ns.l }}",
+  };
+  for (const char* src : kCycles) {
+    INFO(src);
+    const Failure f = failure(src);
+    if (!f.failed) continue;  // the comparison ones may legitimately render (namespaces compare by identity)
+    CHECK(f.kind == ErrorKind::Limit);
+    CHECK((has(f.message, "contains itself") || has(f.message, "nest deeper")));
+  }
+  CHECK(failure(kCycles[0]).failed);
+  CHECK(has(failure(kCycles[0]).message, "contains itself"));
+  CHECK(has(failure(kCycles[1]).message, "tojson: a value contains itself"));
+  CHECK(has(failure(kCycles[3]).message, "contains itself"));
+  CHECK(has(failure(kCycles[4]).message, "contains itself"));
+  CHECK(has(failure(kCycles[7]).message, "contains itself"));
+  // Comparing: a list holding a dict that holds itself through a namespace.
+  Failure f = failure("{% set ns = namespace() %}{% set ns.l = [{'n': ns, 'l': [ns]}] %}"
+                      "{% set ns.x = {'l': ns.l, 'n': ns} %}{{ ns.x == {'l': ns.l, 'n': ns} }}");
+  CHECK_FALSE(f.failed);  // namespaces compare by identity, as in jinja2: no walk into them
+  // Deep but acyclic graphs: a depth bound, not the stack.
+  std::string deep = "{% set ns = namespace(v=1) %}{% for i in range(300) %}{% set ns.v = [ns.v] %}{% endfor %}";
+  f = failure(deep + "{{ ns.v }}");
+  CHECK(f.kind == ErrorKind::Limit);
+  CHECK(has(f.message, "nest deeper"));
+  CHECK(has(failure(deep + "{{ ns.v | tojson }}").message, "nest deeper"));
+  CHECK(has(failure(deep + "{{ ns.v == ns.v }}").message, "nest deeper"));
+  CHECK(has(failure(deep + "{{ ns.v < ns.v }}").message, "nest deeper"));
+  // Shared (not cyclic) graphs that would print 2^40 leaves: the output and step budgets.
+  f = failure("{% set ns = namespace(v=[1]) %}{% for i in range(40) %}{% set ns.v = [ns.v, ns.v] %}{% endfor %}{{ ns.v }}");
+  CHECK(f.kind == ErrorKind::Limit);
+  f = failure("{% set ns = namespace(v=[1]) %}{% for i in range(40) %}{% set ns.v = [ns.v, ns.v] %}{% endfor %}"
+              "{{ ns.v == ns.v }}");
+  CHECK(f.kind == ErrorKind::Limit);
+  CHECK(has(f.message, "step budget"));
+  // Value::to_json (the API's own serializer) refuses cycles too.
+  Value v = Value::array();
+  Value inner = Value::object();
+  inner.set("self", v);
+  v.push(inner);
+  CHECK_THROWS_AS(v.to_json(), TemplateError);
+  inner.set("self", Value::none());  // break the cycle so that v can be freed
+}
+
+// Issue 27: every budget holds against the hostile templates of
+// ../shared/repro/untrusted/jinja_attack.py. Before the fix range(10**9),
+// the list multiplications and the searches ran for minutes or took GBs.
+TEST_CASE("jinja: every render stays inside its budgets", "[jinja][untrusted]") {
+  struct Case {
+    const char* src;
+    const char* budget;  // the budget the message names
+  };
+  const Case kCases[] = {
+      {"{% for i in range(1000000000) %}{% endfor %}x", "working-memory budget"},
+      {"{% for i in range(-9223372036854775807, 9223372036854775807) %}{% endfor %}", "working-memory budget"},
+      {"{% for a in range(3000) %}{% for b in range(3000) %}{% endfor %}{% endfor %}", "budget"},
+      {"{{ 'x' * 1000000000 }}", "output budget"},
+      {"{{ 'x' * 9223372036854775807 }}", "output budget"},
+      {"{{ ([1] * 1000000000) | length }}", "working-memory budget"},
+      {"{% set l = ['x' * 1000] * 1000 %}{% set l2 = [l] * 1000 %}{{ l2 | string | length }}", "output budget"},
+      {"{% set l = [1] * 1000 %}{% set l2 = [l] * 1000 %}{% set l3 = [l2] * 1000 %}{{ l3 | tojson }}", "output budget"},
+      {"{% set ns = namespace(s=[1]) %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", "working-memory budget"},
+      {"{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "output budget"},
+      {"{% set ns = namespace(s='') %}{% for i in range(1000000) %}{% set ns.s = ns.s ~ 'abcdefgh' %}{% endfor %}", "budget"},
+      {"{% set a = 'a' * 8000000 %}{% set b = 'a' * 4000000 ~ 'b' %}{% for i in range(100) %}{{ b in a }}{% endfor %}", "step budget"},
+      {"{% set a = 'a' * 8000000 %}{% set b = 'a' * 4000000 ~ 'b' %}{% for i in range(100) %}{{ a.find(b) }}{% endfor %}", "step budget"},
+      {"{% set a = 'a' * 8000000 %}{% set b = 'a' * 4000000 ~ 'b' %}{% for i in range(100) %}{{ a.count(b) }}{% endfor %}", "step budget"},
+      {"{% set a = 'a' * 10000000 %}{% set b = 'a' * 10000000 %}{% for i in range(1000000) %}{% if a == b %}{% endif %}{% endfor %}", "step budget"},
+      {"{% set s = 'x' * 10000000 %}{% for c in s %}{% for d in s %}{% endfor %}{% endfor %}", "working-memory budget"},
+      {"{% set l = range(1000000) | list %}{% for i in l %}{% for j in l %}{% endfor %}{% endfor %}", "budget"},
+      {"{% set a = 'a,' * 4000000 %}{{ a.split(',') | length }}", "working-memory budget"},
+      {"{% set a = 'a' * 8000000 %}{{ a.replace('', 'xx') | length }}", "output budget"},
+      {"{{ (range(4000000) | list) | join(',') | length }}", "working-memory budget"},
+      {"{% macro f(n) %}{% if n < 15 %}{% set a = f(n+1) %}{% set b = f(n+1) %}{% set c = f(n+1) %}{% endif %}{% endmacro %}{{ f(0) }}", "step budget"},
+      {"{% for i in range(2000000) %}{% set x = i %}{% set y = x %}{% endfor %}", "budget"},
+  };
+  for (const Case& c : kCases) {
+    INFO(c.src);
+    const Failure f = failure(c.src);
+    CHECK(f.failed);
+    CHECK(f.kind == ErrorKind::Limit);
+    CHECK(f.status == Status::InvalidArgument);
+    CHECK(has(f.message, c.budget));
+  }
+  // Linear substring search: found where it is, over megabytes, within the budgets.
+  CHECK(render("{% set a = 'ab' * 1000000 ~ 'c' %}{% set b = 'ab' * 1000 ~ 'c' %}{{ b in a }} {{ a.find(b) }} "
+               "{{ a.count(b) }} {{ a.split(b) | length }} {{ a.replace(b, '') | length }}") ==
+        "True 1998000 1 2 1998000");
+  CHECK(render("{{ 'aaaaaaaaaaaaab' in 'aaaaaaaaaaaaaaaaaaaaaaaaaab' }} {{ 'xaaaaaaaaaaab'.find('aaaaaaaaaaab') }} "
+               "{{ 'abababababab'.count('ababababab') }} {{ 'a1234567890a1234567890b'.split('1234567890') }}") ==
+        "True 1 1 ['a', 'a', 'b']");
+  // Empty operands make empty results however large the count.
+  CHECK(render("{{ ('' * 9223372036854775807) | length }}{{ ([] * 9223372036854775807) | length }}") == "00");
+  // The parse budget: template text and syntax nodes.
+  Failure f = failure("{{ [" + std::string(2000000, '1') + "] }}");
+  CHECK(f.kind == ErrorKind::Limit);
+  std::string many = "{{ [";
+  for (int i = 0; i < 250000; ++i) many += "1,";
+  f = failure(many + "1] | length }}");
+  CHECK(f.kind == ErrorKind::Limit);
+}
+
 TEST_CASE("jinja: JSON in and out", "[jinja]") {
   const Value v = Value::from_json(R"({"b": [1, -2.5e3, "\u00e9\n\ud83d\ude00", null, true], "a": {}})");
   CHECK(v.to_json() == "{\"b\": [1, -2500.0, \"é\\n😀\", null, true], \"a\": {}}");

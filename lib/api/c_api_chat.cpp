@@ -79,6 +79,20 @@ std::string render_conversation(const infer_model* model, const char* template_n
                  "infer_chat_apply_template: the template \"jinja\" (the model's own) needs a model");
   const std::string& text = explicit_text ? std::string(template_name) : model_template(model);
   const std::string family = family_of(text);
+  if (!template_name) {
+    // The model's own template failed its trial render at load (a value that
+    // contains itself, a budget overrun): the built-in template of its
+    // family, else chatml, as for a model without a template.
+    const std::string& broken = infer::api::model_of(model).tokenizer().vocab().chat_template_error;
+    if (!broken.empty()) {
+      const infer::ChatTemplate t = family.empty() ? infer::chat_template_by_name("chatml") : infer::chat_template_detect(text);
+      infer::log(infer::LogLevel::Warn,
+                 "the model's chat template failed its trial render at load (%s); rendering with the built-in "
+                 "template '%s'",
+                 broken.c_str(), t.name.c_str());
+      return builtin(t, specials_for(model, t.name));
+    }
+  }
   const infer::ChatSpecials sp = specials_for(model, family);
   try {
     return infer::chat_render_jinja(text, ctx, sp);

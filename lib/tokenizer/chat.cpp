@@ -462,6 +462,28 @@ std::string chat_render_jinja(std::string_view jinja_text, const jinja::Value& c
   return tmpl.render(ctx);
 }
 
+std::string chat_template_trial(std::string_view jinja, bool* unusable) {
+  if (unusable) *unusable = false;
+  if (!chat_template_is_jinja(jinja)) return std::string();
+  std::string family;
+  try {
+    family = chat_template_detect(jinja).name;
+  } catch (const Error&) {
+  }
+  const std::vector<ChatMessage> msgs = {
+      {"user", "Hello!"}, {"assistant", "Hi. How can I help?"}, {"user", "Tell me a story."}};
+  try {
+    chat_render_jinja(jinja, msgs, true, chat_template_default_specials(family));
+    return std::string();
+  } catch (const jinja::TemplateError& e) {
+    if (unusable) *unusable = e.kind() == jinja::ErrorKind::Limit;
+    return e.what();
+  } catch (const Error& e) {
+    if (unusable) *unusable = true;
+    return e.what();
+  }
+}
+
 std::string chat_render_jinja(std::string_view jinja_text, const std::vector<ChatMessage>& messages,
                               bool add_generation_prompt, const ChatSpecials& specials) {
   jinja::Value msgs = jinja::Value::array();

@@ -105,6 +105,18 @@ std::string chat_render_jinja(std::string_view jinja, const std::vector<ChatMess
 // (none) are added where absent.
 std::string chat_render_jinja(std::string_view jinja, const jinja::Value& context, const ChatSpecials& specials);
 
+// The trial render a model's own template gets when the model is loaded: the
+// template renders a small fixed conversation (user, assistant, user, with
+// the generation prompt) within the interpreter's budgets. Returns "" when it
+// renders; else the template error (a value that contains itself, a budget
+// overrun, syntax or a construct outside the subset, the template's own
+// raise_exception, ...). *unusable is set for the errors of kind Limit (a
+// value that contains itself, a budget overrun: the template is hostile or
+// broken whatever the conversation); chat then renders a built-in template
+// instead (see infer_chat_apply_template). Syntax and constructs outside the
+// subset keep their own fallback, decided at render time.
+std::string chat_template_trial(std::string_view jinja, bool* unusable = nullptr);
+
 // Texts that end an assistant turn in this format (for stop strings when a
 // model writes them as plain text rather than as its end-of-turn token).
 const std::vector<std::string>& chat_template_stops(std::string_view name);

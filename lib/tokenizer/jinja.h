@@ -38,8 +38,11 @@
 // Anything else fails with TemplateError naming the construct and its line.
 // Strings are UTF-8: length, indexing and slicing count code points; upper,
 // lower, title and capitalize change ASCII letters only.
-// Rendering is bounded: output size, evaluation steps, bytes produced by
-// string and list operations, macro recursion depth and nesting depth.
+// Rendering is bounded (Limits below): an output budget, a step budget, a
+// working-memory budget, macro recursion depth and nesting depth. Values
+// that contain themselves (a namespace stored in itself, directly or through
+// a list or dict) are refused when printed, serialized or compared, and
+// every walk over a value graph has a depth bound.
 #pragma once
 
 #include <cstdint>
@@ -166,18 +169,38 @@ class TemplateError : public Error {
   int line_;
 };
 
+// The budgets of one template: every render stops with a Limit error naming
+// the budget it overran, long before it could take a second or a few hundred
+// megabytes; real chat templates use a small fraction of each.
 struct Limits {
-  size_t max_output = size_t{16} << 20;      // bytes of rendered text (also any one string)
-  uint64_t max_steps = 5'000'000;            // expressions evaluated and statements run
-  uint64_t max_work_bytes = uint64_t{256} << 20;  // bytes produced by string/list operations
-  int max_call_depth = 16;                   // macro recursion
-  int max_nesting = 64;                      // depth of the syntax tree (blocks and expressions)
+  // Output budget: bytes of rendered text (also any one string made).
+  size_t max_output = size_t{16} << 20;
+  // Step budget: statements run, expressions evaluated, loop iterations,
+  // containers walked (printing, tojson, comparing) and one step per 64 bytes
+  // scanned (compared, searched, copied).
+  uint64_t max_steps = 5'000'000;
+  // Working-memory budget: bytes of every string, list and dict the render
+  // makes, charged when made (and before, where the size is known), the
+  // copies loops and filters take included.
+  uint64_t max_work_bytes = uint64_t{256} << 20;
+  int max_call_depth = 16;          // macro recursion
+  int max_nesting = 64;             // depth of the syntax tree (blocks and expressions)
+  size_t max_source = size_t{1} << 20;  // bytes of template text
+  size_t max_nodes = 200'000;       // syntax nodes of a parsed template
+};
+
+// What a render spent of its budgets (filled when the render ends, also
+// when it fails).
+struct RenderStats {
+  uint64_t steps = 0;       // of Limits::max_steps
+  uint64_t work_bytes = 0;  // of Limits::max_work_bytes
 };
 
 struct RenderOptions {
   // The time strftime_now formats (local time, as Hugging Face's
   // datetime.now()); 0 = now.
   std::time_t now = 0;
+  RenderStats* stats = nullptr;  // optional: what the render spent
 };
 
 struct Node;

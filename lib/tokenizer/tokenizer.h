@@ -51,6 +51,10 @@ struct Vocab {
   std::string name;           // general.name ("" when absent)
   std::string arch;           // general.architecture ("" when absent)
   std::string chat_template;  // tokenizer.chat_template ("" when absent)
+  // Set at load when chat_template fails its trial render (see
+  // chat_template_trial in chat.h) in a way that does not depend on the
+  // conversation: the error; chat then falls back to a built-in template.
+  std::string chat_template_error;
 
   // Reads and validates the tokenizer.ggml.* keys (sizes agree, special ids
   // in range). Error(Format) with the key name when something is wrong.

@@ -4,7 +4,9 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "gguf/gguf.h"
+#include "tokenizer/chat.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -88,6 +90,17 @@ Vocab Vocab::from_gguf(const GgufFile& g) {
   v.name = g.get_string("general.name").value_or("");
   v.arch = g.get_string("general.architecture").value_or("");
   v.chat_template = g.get_string("tokenizer.chat_template").value_or("");
+  if (!v.chat_template.empty()) {
+    // A hostile or broken template must not take down the host that renders
+    // it later: try it once now, with the interpreter's budgets.
+    bool unusable = false;
+    const std::string err = chat_template_trial(v.chat_template, &unusable);
+    if (!err.empty()) {
+      log(LogLevel::Warn, "the model's chat template fails a trial render (%s)%s", err.c_str(),
+          unusable ? "; chat will use a built-in template instead" : "");
+      if (unusable) v.chat_template_error = err;
+    }
+  }
 
   v.validate();
   return v;

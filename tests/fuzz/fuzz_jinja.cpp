@@ -4,14 +4,45 @@
 // an object). Parsing and rendering may fail only with jinja::TemplateError
 // (the JSON reader with Error(InvalidArgument)); limits are tight so that
 // runaway templates end quickly.
+//
+// Every render is also checked against its budgets (issue 27): the steps and
+// working memory it reports stay within Limits, the output within
+// max_output, and the heap it really holds while rendering (counted by the
+// operator new / delete below) stays within a fixed multiple of the budgets.
+// The corpus (corpus-jinja) carries the hostile templates of
+// ../shared/repro/untrusted: values that contain themselves, deep nesting,
+// range(10**9), multiplied lists, substring search over megabytes.
+#include <malloc.h>
+
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <new>
 #include <string>
 
 #include "core/error.h"
 #include "tokenizer/jinja.h"
 
 namespace {
+
+std::atomic<size_t> g_live{0};
+std::atomic<size_t> g_peak{0};
+
+void* counted_alloc(size_t n) {
+  void* p = std::malloc(n ? n : 1);
+  if (!p) throw std::bad_alloc();
+  const size_t live = g_live.fetch_add(malloc_usable_size(p)) + malloc_usable_size(p);
+  size_t peak = g_peak.load();
+  while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+  }
+  return p;
+}
+
+void counted_free(void* p) {
+  if (!p) return;
+  g_live.fetch_sub(malloc_usable_size(p));
+  std::free(p);
+}
 
 const char* kContext = R"({"messages": [
   {"role": "system", "content": "You are a helpful assistant."},
@@ -25,6 +56,13 @@ const char* kContext = R"({"messages": [
  "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "enable_thinking": false})";
 
 }  // namespace
+
+void* operator new(size_t n) { return counted_alloc(n); }
+void* operator new[](size_t n) { return counted_alloc(n); }
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, size_t) noexcept { counted_free(p); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string all(reinterpret_cast<const char*>(data), size);
@@ -45,10 +83,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   lim.max_steps = 200000;
   lim.max_output = 1 << 20;
   lim.max_work_bytes = 16 << 20;
+  infer::jinja::RenderStats stats;
+  size_t base = 0;
+  bool rendered = false;
   try {
     const infer::jinja::Template t(text, lim);
     infer::jinja::RenderOptions opt;
     opt.now = 1721995200;
+    opt.stats = &stats;
+    base = g_live.load();
+    g_peak.store(base);
+    rendered = true;
     const std::string out = t.render(ctx, opt);
     if (out.size() > lim.max_output) std::abort();
   } catch (const infer::jinja::TemplateError& e) {
@@ -57,6 +102,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (e.status() != infer::Status::InvalidArgument) {
       std::abort();
     }
+  }
+  if (rendered) {
+    // The budgets held: the counters (one step or one value of slack for the
+    // charge that tripped the bound) and the heap really held.
+    if (stats.steps > lim.max_steps + 1) std::abort();
+    if (stats.work_bytes > lim.max_work_bytes) std::abort();
+    const size_t held = g_peak.load() - base;
+    if (held > 2 * lim.max_work_bytes + 8 * lim.max_output + (size_t{4} << 20)) std::abort();
   }
   return 0;
 }
