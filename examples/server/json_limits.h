@@ -27,8 +27,8 @@ constexpr size_t kMaxJsonBytes = size_t{64} << 20;
 
 // Why parse_json refused: what (syntax, depth or size), with a message that
 // names the field when one was given. `path` is where in the document the
-// limit was hit, as a field name ("tools[0].function.parameters"; at most
-// the first kPathParts parts), empty when not known.
+// limit was hit, as a field name ("tools[0].function.parameters.x"; at most
+// its first kPathParts parts), empty when not known.
 struct JsonLimitError : std::runtime_error {
   enum class Kind { Syntax, Depth, Size } kind;
   std::string path;
@@ -50,12 +50,12 @@ struct JsonPath {
 
   // The path of the value being opened, its first `parts` parts, prefixed
   // by `base` ("" at the top of a body).
-  std::string str(const std::string& base, size_t parts) const {
+  std::string str(const std::string& base, size_t parts, bool ellipsis) const {
     std::string out = base;
     size_t n = 0;
     for (const Frame& f : frames) {
       if (n++ == parts) {
-        out += "...";
+        if (ellipsis) out += "...";
         break;
       }
       if (f.array) out += "[" + std::to_string(f.index < 0 ? 0 : f.index) + "]";
@@ -90,11 +90,11 @@ J parse_json(std::string_view text, const std::string& field = "the body", int m
       if (ev == E::object_start || ev == E::array_start) {
         path.element();
         if (depth >= max_depth) {
-          const std::string where = path.str(base, detail::kPathParts);
+          const std::string where = path.str(base, detail::kPathParts, true);
           throw JsonLimitError(JsonLimitError::Kind::Depth,
                                field + " nests JSON deeper than " + std::to_string(max_depth) + " levels" +
                                    (where.empty() ? std::string() : " (in '" + where + "')"),
-                               where);
+                               path.str(base, detail::kPathParts, false));
         }
         path.frames.push_back({ev == E::array_start, -1, {}});
       } else if (ev == E::object_end || ev == E::array_end) {
