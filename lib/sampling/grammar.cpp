@@ -342,6 +342,7 @@ class GbnfParser {
         prev = id;
         have_prev = true;
       }
+      if (max - min > 1) g_->opt_chains_.push_back(prev);
       out.push_back({ref(prev)});
     }
     return out;
@@ -379,6 +380,28 @@ class GrammarAnalysis {
         raise(Status::InvalidArgument,
               "grammar: %s can never end (each of its alternatives needs it again, or another rule that never ends)",
               rule_name(r).c_str());
+    // x{m,n} of an x that can match the empty text: each of the n - m
+    // optional copies may be empty, so one text has countless parses (and
+    // nested, (a{0,100}){0,100}, millions of live ones).
+    for (uint32_t r : g_.opt_chains_) {
+      if (!reach_[r]) continue;
+      bool empty_ok = true;
+      for (const GrammarElement& e : g_.rules_[r][0]) {
+        if (e.kind == GrammarElement::End) break;
+        if (&e == &g_.rules_[r][0][g_.rules_[r][0].size() - 2] && e.kind == GrammarElement::RuleRef &&
+            g_.rules_[r][0].size() > 2)
+          break;  // the chain's own next link
+        if (e.kind == GrammarElement::Char || !nullable_[e.rule]) {
+          empty_ok = false;
+          break;
+        }
+      }
+      if (empty_ok)
+        raise(Status::InvalidArgument,
+              "grammar: %s repeats {m,n} something that can match the empty text (like (a?){0,100} or "
+              "(a{0,100}){0,100}): one text would have countless parses; make the repeated item non-empty",
+              rule_name(r).c_str());
+    }
     const std::vector<uint32_t> order = left_order();
     fanout(order);
   }

@@ -53,6 +53,9 @@ class Grammar {
   std::vector<std::string> names_;
   uint32_t root_ = 0;
   uint64_t fanout_ = 0;
+  // Bounded repetitions x{m,n} with n > m + 1: the first of their optional
+  // rules (x opt | ""), checked once nullability is known.
+  std::vector<uint32_t> opt_chains_;
   friend class GbnfParser;
   friend class GrammarAnalysis;
 };
