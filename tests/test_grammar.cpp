@@ -528,3 +528,151 @@ TEST_CASE("C API: json_schema, grammar and logprobs on stories260K", "[grammar][
   infer_engine_free(engine);
   infer_model_free(model);
 }
+
+// Issue #27: every condition the matcher could fail on is refused when the
+// grammar is compiled, so a request never fails in the middle of its text.
+namespace {
+std::string compile_error(const std::string& gbnf) {
+  try {
+    Grammar::parse(gbnf);
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::InvalidArgument);
+    return e.what();
+  }
+  return "no error";
+}
+std::string schema_error(const std::string& schema) {
+  try {
+    Grammar::parse(json_schema_to_gbnf(schema));
+  } catch (const Error& e) {
+    CHECK(e.status() == Status::InvalidArgument);
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST_CASE("grammar: left recursion through nullable rules is refused at compile time", "[grammar]") {
+  // Each of these used to compile, then fail ("left recursion") only once
+  // the matcher reached the rule, after text was out.
+  for (const char* g : {"root ::= \"x\" a\na ::= a \"b\" | \"c\"",       // reached only after a character
+                        "root ::= \"x\" a\na ::= b a \"c\" | \"d\"\nb ::= \"y\"?",  // through a nullable rule
+                        "root ::= \"x\" ( ( \"a\"* )* )*",              // nested stars
+                        "root ::= \"x\" ( \"a\"? )+ \"b\"",
+                        "root ::= \"x\" a\na ::= b\nb ::= c | \"q\"\nc ::= ( \"\" | \"z\" ) a"}) {
+    INFO(g);
+    CHECK_THAT(compile_error(g), Catch::Contains("left recursion"));
+  }
+  CHECK_THAT(compile_error("root ::= \"x\" a\na ::= \"y\" a"), Catch::Contains("can never end"));
+}
+
+TEST_CASE("grammar: JSON schema patterns the matcher cannot hold are refused at compile time", "[grammar]") {
+  for (const char* pat : {"^((((a*)*)*)*)*$", "^(a*)*$", "^(a?)+$", "(b|a*)*", "^((a?){2,})+$"}) {
+    INFO(pat);
+    const std::string schema = std::string(R"({"type":"object","properties":{"a":{"type":"string","pattern":")") + pat +
+                               R"("}},"required":["a"]})";
+    const std::string e = schema_error(schema);
+    CHECK_THAT(e, Catch::Contains("pattern"));
+    CHECK_THAT(e, Catch::Contains("left recursion"));
+  }
+  // Bounded counts of something that can be empty: countless parses of one
+  // text (the old matcher ran out of its budget mid-text). Refused.
+  for (const char* pat : {"^((a{0,100}){0,100}){0,100}$", "^(((a{0,100}){0,100}){0,100}){0,100}$", "^(a?){0,50}$"}) {
+    INFO(pat);
+    CHECK_THAT(schema_error(std::string(R"({"type":"string","pattern":")") + pat + "\"}"),
+               Catch::Contains("can match the empty text"));
+  }
+  CHECK_THAT(compile_error("root ::= ( [a-z]{0,50} ){0,50}"), Catch::Contains("can match the empty text"));
+  // Non-empty items in counts, and a single optional empty-able item, are fine.
+  CHECK(full_match("root ::= \"a\"{0,50} \"b\"{2,9} ( \"x\" \"y\"? ){0,5} ( \"c\"* )?", "aaabbxyxcc"));
+  CHECK(schema_error(R"({"type":"string","pattern":"^(ab?){0,100}(c*)?$"})") == "no error");
+}
+
+TEST_CASE("grammar: a long chain of nullable rules matches without deep recursion", "[grammar]") {
+  // 250 optional items in a row, and a right recursion whose pending tail
+  // grows with the text: the old matcher counted both as nesting and failed
+  // past 256 ("left recursion") in the middle of the text.
+  std::string g = "root ::=";
+  for (int i = 0; i < 250; ++i) g += " \"a\"?";
+  g += " \"b\"";
+  CHECK(full_match(g, "b"));
+  CHECK(full_match(g, "aaab"));
+  const std::string tail = "root ::= \"x\" root e | \"y\"\ne ::= \"\" | \"z\"";
+  std::string text(400, 'x');
+  text += "y";
+  CHECK(full_match(tail, text));
+}
+
+TEST_CASE("grammar: JSON schema depth, size and $ref cycles are bounded", "[grammar]") {
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += "{\"items\":";
+  deep += "{}" + std::string(100000, '}');
+  CHECK_THAT(schema_error(deep), Catch::Contains("nested too deeply"));
+  CHECK_THAT(schema_error(deep + std::string(100000, ' ')), Catch::Contains("longer than 1 MiB"));
+  deep.clear();
+  for (int i = 0; i < 20000; ++i) deep += "[";
+  CHECK_THAT(schema_error("{\"x\":" + deep + "}"), Catch::Contains("nested too deeply"));
+  // 70 nested array schemas: within the JSON limit, beyond the schema walk's.
+  deep.clear();
+  for (int i = 0; i < 62; ++i) deep += "{\"items\":";
+  deep += "{}" + std::string(62, '}');
+  CHECK(schema_error(deep) == "no error");
+  // $ref chains and cycles.
+  CHECK_THAT(schema_error(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"),
+             Catch::Contains("cycle"));
+  CHECK_THAT(schema_error(R"({"$ref":"#"})"), Catch::Contains("cycle"));
+  CHECK_THAT(schema_error(R"({"anyOf":[{"$ref":"#"}]})"), Catch::Contains("never end"));
+  std::string chain = R"({"$defs":{)";
+  for (int i = 0; i < 100; ++i) chain += "\"d" + std::to_string(i) + "\":{\"$ref\":\"#/$defs/d" + std::to_string(i + 1) + "\"},";
+  chain += R"("d100":{"type":"integer"}},"$ref":"#/$defs/d0"})";
+  CHECK_THAT(schema_error(chain), Catch::Contains("nested too deeply"));
+  // A recursive schema that can end is fine.
+  CHECK(schema_error(R"({"$defs":{"n":{"type":"object","properties":{"next":{"anyOf":[{"$ref":"#/$defs/n"},{"type":"null"}]}}}},"$ref":"#/$defs/n"})") ==
+        "no error");
+  // Type lists inside type lists would visit the schema exponentially often.
+  std::string types = "{}";
+  for (int i = 0; i < 25; ++i) types = R"({"type":["array","array"],"items":)" + types + "}";
+  CHECK_THAT(schema_error(types), Catch::Contains("too many rules"));
+}
+
+TEST_CASE("C API: logit_bias that bans every token is refused at submit", "[grammar][capi]") {
+  REQUIRE_SHARED(path, "models/stories260K.gguf");
+  infer_model* model = nullptr;
+  REQUIRE(infer_model_load(path.c_str(), nullptr, &model) == INFER_OK);
+  infer_engine_params ep;
+  infer_engine_params_init(&ep);
+  ep.n_threads = 1;
+  infer_engine* engine = nullptr;
+  REQUIRE(infer_engine_create(model, &ep, &engine) == INFER_OK);
+  infer_model_info info;
+  infer_model_info_init(&info);
+  REQUIRE(infer_model_get_info(model, &info) == INFER_OK);
+  const int32_t n_vocab = info.n_vocab;
+  std::vector<int32_t> ids;
+  std::vector<float> values;
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    ids.push_back(i);
+    values.push_back(i % 2 ? -INFINITY : -3e38f);  // both ban in effect
+  }
+  infer_sampling_params sp;
+  infer_sampling_params_init(&sp);
+  sp.logit_bias_tokens = ids.data();
+  sp.logit_bias_values = values.data();
+  sp.n_logit_bias = ids.size();
+  infer_request_params rp;
+  infer_request_params_init(&rp);
+  rp.prompt = "Once";
+  rp.max_tokens = 2;
+  rp.sampling = &sp;
+  infer_request* req = nullptr;
+  CHECK(infer_submit(engine, &rp, &req) == INFER_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(infer_last_error()), Catch::Contains("logit_bias"));
+  CHECK(req == nullptr);
+  // One token left possible: accepted and drawn.
+  values[5] = 0.0f;
+  REQUIRE(infer_submit(engine, &rp, &req) == INFER_OK);
+  REQUIRE(infer_engine_run(engine) == INFER_OK);
+  infer_request_free(req);
+  infer_engine_free(engine);
+  infer_model_free(model);
+}

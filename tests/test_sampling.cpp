@@ -345,15 +345,18 @@ TEST_CASE("logit bias shifts logits and -inf bans tokens", "[sampling]") {
     CHECK(t != 4);
   }
 
-  // Everything banned is an error, not a crash or a random token.
+  // Everything banned is an error, not a crash or a random token: refused
+  // when the sampler is made (validate(), issue #27), before any draw.
   for (float t : {0.0f, 1.0f}) {
     SamplingParams all = plain(t);
     all.logit_bias = {{0, kNegInf}, {1, kNegInf}, {2, kNegInf}};
-    Sampler sa(all, 3);
     std::vector<float> r = {1.0f, 2.0f, 3.0f};
-    auto [st, msg] = error_of([&] { sa.sample(r, {}); });
+    auto [st, msg] = error_of([&] {
+      Sampler sa(all, 3);
+      sa.sample(r, {});
+    });
     CHECK(st == Status::InvalidArgument);
-    CHECK(msg == "every token is banned by logit_bias");
+    CHECK_THAT(msg, Catch::Contains("logit_bias bans every token"));
   }
 }
 
@@ -524,4 +527,25 @@ TEST_CASE("find_stop: earliest match and held-back prefixes", "[sampling]") {
     CHECK_FALSE(m.found);
     CHECK(m.hold_back == 0);
   }
+}
+
+TEST_CASE("validate refuses a logit_bias that leaves no token possible", "[sampling]") {
+  auto err = [](std::vector<std::pair<int32_t, float>> bias, int32_t n_vocab) {
+    SamplingParams p = plain(1.0f);
+    p.logit_bias = std::move(bias);
+    return error_of([&] { p.validate(n_vocab); });
+  };
+  // Every token at -inf, or at a bias so negative it is a ban in effect, or
+  // the entries of one id adding up to -inf.
+  auto [st, msg] = err({{0, kNegInf}, {1, kNegInf}, {2, kNegInf}}, 3);
+  CHECK(st == Status::InvalidArgument);
+  CHECK_THAT(msg, Catch::Contains("logit_bias bans every token"));
+  CHECK(err({{0, kNegInf}, {1, -3e38f}, {2, kNegInf}}, 3).first == Status::InvalidArgument);
+  CHECK(err({{0, kNegInf}, {1, -3e38f}, {1, -3e38f}, {2, kNegInf}}, 3).first == Status::InvalidArgument);
+  // Entries adding up to +inf make the softmax undefined.
+  CHECK_THAT(err({{1, 3e38f}, {1, 3e38f}}, 3).second, Catch::Contains("+inf"));
+  // One token left, or a finite shift of all of them: fine.
+  CHECK(err({{0, kNegInf}, {2, kNegInf}}, 3).first == Status::Ok);
+  CHECK(err({{0, kNegInf}, {1, kNegInf}, {2, -100.0f}}, 3).first == Status::Ok);
+  CHECK(err({{0, kNegInf}, {1, -3e38f}, {1, 3e38f}, {2, kNegInf}}, 3).first == Status::Ok);
 }

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_limits.h"
+
 namespace serve {
 namespace {
 
@@ -108,16 +110,24 @@ auto nested(const std::string& prefix, F&& f) {
   }
 }
 
-json parse_object(const std::string& body) {
-  json j;
+// A client's JSON text, through the one depth- and size-limited parser; its
+// errors name the field (the body's member where the depth limit was hit,
+// or `param` for a JSON text nested in a string field).
+json parse_text(std::string_view text, const std::string& what, const std::string& param) {
   try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
+    return parse_json<json>(text, what, kMaxJsonDepth, param);
+  } catch (const JsonLimitError& e) {
     RequestError err;
-    err.message = std::string("the body is not valid JSON: ") + e.what();
-    err.code = "invalid_json";
+    err.message = e.what();
+    err.param = e.kind == JsonLimitError::Kind::Syntax ? param : e.path;
+    err.code = e.kind == JsonLimitError::Kind::Syntax ? "invalid_json"
+               : e.kind == JsonLimitError::Kind::Depth ? "too_deep" : "too_large";
     throw Fail{err};
   }
+}
+
+json parse_object(const std::string& body) {
+  json j = parse_text(body, "the body", "");
   if (!j.is_object()) {
     RequestError err;
     err.message = std::string("the body must be a JSON object, not ") + type_name(j);
@@ -128,10 +138,16 @@ json parse_object(const std::string& body) {
 }
 
 // messages[i].content: a string, or an array of {"type": "text", "text": ...} parts.
-std::string message_content(const json& v, const std::string& where) {
+std::string message_content(const json& v, const std::string& where, const Limits& lim) {
   if (v.is_null()) return "";
-  if (v.is_string()) return v.get<std::string>();
+  if (v.is_string()) {
+    if (v.get_ref<const std::string&>().size() > lim.max_content_bytes)
+      fail(where, "'" + where + "' is longer than " + std::to_string(lim.max_content_bytes) + " bytes");
+    return v.get<std::string>();
+  }
   if (!v.is_array()) wrong_type(where, v, "a string or an array of content parts");
+  if (v.size() > lim.max_content_parts)
+    fail(where, "'" + where + "' has more than " + std::to_string(lim.max_content_parts) + " parts");
   std::string out;
   for (size_t i = 0; i < v.size(); ++i) {
     const json& part = v[i];
@@ -143,13 +159,17 @@ std::string message_content(const json& v, const std::string& where) {
     const json* text = field(part, "text");
     if (!text || !text->is_string()) fail(pw + ".text", "'" + pw + ".text' must be a string", "invalid_type");
     out += text->get<std::string>();
+    if (out.size() > lim.max_content_bytes)
+      fail(where, "'" + where + "' is longer than " + std::to_string(lim.max_content_bytes) + " bytes");
   }
   return out;
 }
 
 // An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}].
-std::vector<ChatMessage::ToolCall> tool_calls(const json& v, const std::string& where) {
+std::vector<ChatMessage::ToolCall> tool_calls(const json& v, const std::string& where, const Limits& lim) {
   if (!v.is_array()) wrong_type(where, v, "an array");
+  if (v.size() > lim.max_tools)
+    fail(where, "'" + where + "' has more than " + std::to_string(lim.max_tools) + " calls");
   std::vector<ChatMessage::ToolCall> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const json& c = v[i];
@@ -175,8 +195,9 @@ std::vector<ChatMessage::ToolCall> tool_calls(const json& v, const std::string& 
     } else if (args->is_string()) {
       // The API's shape: the arguments as JSON text. Templates read them as
       // an object, so the text must parse.
-      const json a = json::parse(args->get<std::string>(), nullptr, false);
-      if (a.is_discarded() || !a.is_object())
+      const std::string aw = w + ".function.arguments";
+      const json a = parse_text(args->get_ref<const std::string&>(), "'" + aw + "'", aw);
+      if (!a.is_object())
         fail(w + ".function.arguments", "'" + w + ".function.arguments' must be a JSON object serialised as a string");
       tc.arguments = args->get<std::string>();
     } else if (args->is_object()) {
@@ -190,11 +211,11 @@ std::vector<ChatMessage::ToolCall> tool_calls(const json& v, const std::string& 
 }
 
 // tools, tool_choice, parallel_tool_calls.
-void parse_tools(const json& j, CompletionRequest& r) {
+void parse_tools(const json& j, CompletionRequest& r, const Limits& lim) {
   const json* tools = field(j, "tools");
   if (tools) {
     if (!tools->is_array()) wrong_type("tools", *tools, "an array");
-    if (tools->size() > 1024) fail("tools", "too many tools");
+    if (tools->size() > lim.max_tools) fail("tools", "at most " + std::to_string(lim.max_tools) + " tools");
     json norm = json::array();
     for (size_t i = 0; i < tools->size(); ++i) {
       const json& t = (*tools)[i];
@@ -298,11 +319,11 @@ CompletionRequest parse(const std::string& body, Endpoint endpoint, const Limits
         fail(where + ".role", "role '" + rs + "' is not supported (system, developer, user, assistant, tool)");
       ChatMessage cm;
       cm.role = rs;
-      if (const json* tc = field(m, "tool_calls"); tc && rs == "assistant") cm.tool_calls = tool_calls(*tc, where + ".tool_calls");
+      if (const json* tc = field(m, "tool_calls"); tc && rs == "assistant") cm.tool_calls = tool_calls(*tc, where + ".tool_calls", lim);
       auto it = m.find("content");
       if ((it == m.end() || it->is_null()) && !(rs == "assistant"))
         fail(where + ".content", "'" + where + ".content' is required", "missing_required_parameter");
-      if (it != m.end()) cm.content = message_content(*it, where + ".content");
+      if (it != m.end()) cm.content = message_content(*it, where + ".content", lim);
       if (rs == "tool") {
         const json* id = field(m, "tool_call_id");
         if (!id) fail(where + ".tool_call_id", "'" + where + ".tool_call_id' is required", "missing_required_parameter");
@@ -315,7 +336,7 @@ CompletionRequest parse(const std::string& body, Endpoint endpoint, const Limits
       }
       r.messages.push_back(std::move(cm));
     }
-    parse_tools(j, r);
+    parse_tools(j, r, lim);
   } else {
     const json* p = field(j, "prompt");
     if (!p) fail("prompt", "'prompt' is required", "missing_required_parameter");
@@ -355,6 +376,16 @@ CompletionRequest parse(const std::string& body, Endpoint endpoint, const Limits
   if (auto k = integer(j, "top_k", -1, std::numeric_limits<int32_t>::max())) r.top_k = static_cast<int32_t>(*k);
   r.seed = integer(j, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
   if (auto n = integer(j, "n", 1, lim.max_n)) r.n = static_cast<int32_t>(*n);
+  // Each prompt gets n choices; echo writes the prompt into every one.
+  if (r.prompts.size() * static_cast<size_t>(r.n) > lim.max_choices)
+    fail("n", "'n' times the number of prompts must be at most " + std::to_string(lim.max_choices));
+  if (r.echo) {
+    size_t echoed = 0;
+    for (const auto& pr : r.prompts) echoed += pr.text.size() + pr.tokens.size() * 16;
+    if (echoed * static_cast<size_t>(r.n) > lim.max_echo_bytes)
+      fail("echo", "'echo' would repeat more than " + std::to_string(lim.max_echo_bytes >> 20) +
+                       " MiB of prompt in the answer (use fewer or shorter prompts, or a smaller 'n')");
+  }
   if (auto b = boolean(j, "ignore_eos")) r.ignore_eos = *b;
 
   if (const json* s = field(j, "stop")) {
@@ -370,13 +401,17 @@ CompletionRequest parse(const std::string& body, Endpoint endpoint, const Limits
     } else {
       wrong_type("stop", *s, "a string or an array of strings");
     }
-    for (const std::string& st : r.stop)
+    for (const std::string& st : r.stop) {
       if (st.empty()) fail("stop", "stop sequences must not be empty");
+      if (st.size() > lim.max_stop_bytes)
+        fail("stop", "stop sequences must be at most " + std::to_string(lim.max_stop_bytes) + " bytes long");
+    }
   }
 
   if (const json* lb = field(j, "logit_bias")) {
     if (!lb->is_object()) wrong_type("logit_bias", *lb, "an object mapping token ids to numbers");
-    if (lb->size() > 10000) fail("logit_bias", "too many logit_bias entries");
+    if (lb->size() > lim.max_logit_bias)
+      fail("logit_bias", "at most " + std::to_string(lim.max_logit_bias) + " logit_bias entries");
     for (auto it = lb->begin(); it != lb->end(); ++it) {
       const std::string& k = it.key();
       char* end = nullptr;
@@ -432,9 +467,16 @@ CompletionRequest parse(const std::string& body, Endpoint endpoint, const Limits
         // Allowed by the API: no schema means any JSON object.
         r.response_format = ResponseFormat::JsonObject;
       } else {
-        if (!schema->is_object() && !schema->is_boolean())
-          wrong_type("response_format.json_schema.schema", *schema, "an object");
-        r.json_schema = schema->dump();
+        const std::string sw = "response_format.json_schema.schema";
+        if (schema->is_string()) {
+          // Some clients send the schema as JSON text.
+          const json parsed = parse_text(schema->get_ref<const std::string&>(), "'" + sw + "'", sw);
+          if (!parsed.is_object() && !parsed.is_boolean()) wrong_type(sw, parsed, "an object");
+          r.json_schema = parsed.dump();
+        } else {
+          if (!schema->is_object() && !schema->is_boolean()) wrong_type(sw, *schema, "an object");
+          r.json_schema = schema->dump();
+        }
       }
     } else {
       fail("response_format.type", "response_format type '" + *t + "' is not supported (text, json_object, json_schema)");

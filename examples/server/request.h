@@ -82,12 +82,22 @@ struct CompletionRequest {
   bool parallel_tool_calls = true;
 };
 
+// Per-request caps on what a client may ask for (each a 400 naming the field).
+// The body's size is bounded before parsing (--max-body-mb), its nesting by
+// json_limits.h; these bound what one request makes the server hold or write.
 struct Limits {
-  int32_t max_n = 16;          // n at most (the engine's max_seqs)
-  int32_t max_stop = 16;
-  int32_t max_top_logprobs = 20;
+  int32_t max_n = 16;             // n at most (the engine's max_seqs)
+  int32_t max_stop = 16;          // stop sequences
+  size_t max_stop_bytes = 1024;   // each stop sequence's length
+  int32_t max_top_logprobs = 20;  // chat top_logprobs (completions: logprobs <= 5)
   size_t max_messages = 4096;
+  size_t max_content_parts = 4096;         // parts of one message's content
+  size_t max_content_bytes = size_t{32} << 20;  // one message's content
   size_t max_prompts = 64;
+  size_t max_choices = 64;                      // n x prompts
+  size_t max_echo_bytes = size_t{16} << 20;     // echo: prompt bytes x n
+  size_t max_logit_bias = 10000;  // logit_bias entries
+  size_t max_tools = 128;         // tools, and one message's tool_calls
 };
 
 // Parses a chat (/v1/chat/completions) or completion (/v1/completions)

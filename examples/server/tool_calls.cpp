@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_limits.h"
+
 namespace serve {
 namespace {
 
@@ -52,6 +54,8 @@ size_t json_end(const std::string& s, size_t i) {
 }
 
 // {"name": "...", "arguments" | "parameters": {...} or a JSON string} as a call.
+bool parse_json_text(const std::string& text, json* out);
+
 bool call_from_json(const json& j, ToolCall* out) {
   if (!j.is_object()) return false;
   auto n = j.find("name");
@@ -65,8 +69,8 @@ bool call_from_json(const json& j, ToolCall* out) {
     out->arguments = a->dump(-1, ' ', false, json::error_handler_t::replace);
   } else if (a->is_string()) {
     // Some models write the arguments as a JSON string, as the API does.
-    const json inner = json::parse(a->get<std::string>(), nullptr, false);
-    if (!inner.is_object()) return false;
+    json inner;
+    if (!parse_json_text(a->get<std::string>(), &inner) || !inner.is_object()) return false;
     out->arguments = inner.dump(-1, ' ', false, json::error_handler_t::replace);
   } else {
     return false;
@@ -74,9 +78,15 @@ bool call_from_json(const json& j, ToolCall* out) {
   return true;
 }
 
-bool parse_json(const std::string& text, json* out) {
-  *out = json::parse(text, nullptr, false);
-  return !out->is_discarded();
+// Generated text is as untrusted as a client's: the same depth and size
+// limits (a call nested too deeply is plain text).
+bool parse_json_text(const std::string& text, json* out) {
+  try {
+    *out = parse_json<json>(text, "a tool call");
+    return true;
+  } catch (const JsonLimitError&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -175,7 +185,7 @@ bool ToolCallParser::in_call_step(bool final, std::vector<ToolEvent>& out) {
     const size_t end = close == std::string::npos ? buf_.size() : close + std::char_traits<char>::length(kHermesClose);
     json j;
     ToolCall c;
-    if (!parse_json(buf_.substr(open, body_end - open), &j) || !call_from_json(j, &c)) return as_text(end);
+    if (!parse_json_text(buf_.substr(open, body_end - open), &j) || !call_from_json(j, &c)) return as_text(end);
     buf_.erase(0, end);
     in_call_ = false;
     emit_call(std::move(c), out);
@@ -190,7 +200,7 @@ bool ToolCallParser::in_call_step(bool final, std::vector<ToolEvent>& out) {
     const size_t end = json_end(buf_, i);
     if (end == std::string::npos) return final ? as_text(buf_.size()) : false;
     json j;
-    if (!parse_json(buf_.substr(i, end - i), &j)) return as_text(end);
+    if (!parse_json_text(buf_.substr(i, end - i), &j)) return as_text(end);
     if (j.is_object()) j = json::array({j});
     std::vector<ToolCall> calls;
     for (const json& e : j) {
@@ -215,7 +225,7 @@ bool ToolCallParser::in_call_step(bool final, std::vector<ToolEvent>& out) {
     const size_t end = json_end(buf_, i);
     json j;
     ToolCall c;
-    if (end == std::string::npos || !parse_json(buf_.substr(i, end - i), &j) || !call_from_json(j, &c) ||
+    if (end == std::string::npos || !parse_json_text(buf_.substr(i, end - i), &j) || !call_from_json(j, &c) ||
         std::find(names_.begin(), names_.end(), c.name) == names_.end())
       return as_text(buf_.size());
     calls.push_back(std::move(c));

@@ -54,12 +54,15 @@ class JsonParser {
     return true;
   }
 
+  // Recursion is bounded: one frame per level, at most kMaxDepth levels.
+  // `depth`: the arrays and objects around this value.
   Json value(int depth) {
-    if (depth > Json::kMaxDepth) fail("nested too deeply");
     skip_ws();
     if (p_ >= t_.size()) fail("unexpected end of text");
     Json v;
     const char c = t_[p_];
+    if ((c == '{' || c == '[') && depth >= Json::kMaxDepth)
+      raise(status_, "%s: invalid JSON at byte %zu: nested too deeply (more than %d levels)", what_, p_, Json::kMaxDepth);
     if (c == '{') {
       v.kind_ = Json::Kind::Object;
       ++p_;
@@ -227,6 +230,8 @@ class JsonParser {
 };
 
 Json Json::parse(std::string_view text, const char* what, Status status) {
+  if (text.size() > kMaxBytes)
+    raise(status, "%s: the JSON text is too large (%zu bytes; at most %zu)", what, text.size(), kMaxBytes);
   JsonParser p(text, what, status);
   return p.document();
 }

@@ -2,7 +2,7 @@
 // safetensors headers, model.safetensors.index.json, tokenizer.json,
 // tokenizer_config.json), JSON schemas for constrained output, and the
 // conversations given to chat templates. Strict RFC 8259 syntax, nesting
-// limited to kMaxDepth, strings validated as UTF-8 (\u escapes with
+// limited to kMaxDepth levels and the text to kMaxBytes, strings validated as UTF-8 (\u escapes with
 // surrogate pairs decoded); integers without fraction or exponent that fit
 // int64 are kept exact, and every number keeps its own text. Any defect is
 // Error(status) naming `what` and the byte offset.
@@ -22,7 +22,14 @@ namespace infer {
 class Json {
  public:
   enum class Kind { Null, Bool, Number, String, Array, Object };
-  static constexpr int kMaxDepth = 128;
+  // The one depth limit for every JSON text the library reads (the server
+  // uses the same, kMaxJsonDepth): deeper than any real config, schema or
+  // conversation, shallow enough that the parser's recursion, the
+  // destructor's and every walk of a parsed value are harmless.
+  static constexpr int kMaxDepth = 64;
+  // The size limit: above the largest tokenizer.json or safetensors header
+  // seen in practice (tens of MB), far below what would exhaust a host.
+  static constexpr size_t kMaxBytes = size_t{256} << 20;
 
   // Parses a whole document (only whitespace may follow the value).
   static Json parse(std::string_view text, const char* what, Status status = Status::Format);

@@ -1,14 +1,15 @@
 #include "sampling/grammar.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
+#include <unordered_set>
 
 #include "core/error.h"
 
 namespace infer {
 
 namespace {
-constexpr long kExpandBudget = 200000;
 constexpr size_t kMaxElements = 1u << 20;
 }  // namespace
 
@@ -341,6 +342,7 @@ class GbnfParser {
         prev = id;
         have_prev = true;
       }
+      if (max - min > 1) g_->opt_chains_.push_back(prev);
       out.push_back({ref(prev)});
     }
     return out;
@@ -356,48 +358,277 @@ class GbnfParser {
   std::map<uint32_t, bool> synthetic_;
 };
 
+// ---- compile-time analysis ----------------------------------------------------------------
+//
+// What the matcher would otherwise discover in the middle of a text, found
+// once here: left recursion (also through rules that can match the empty
+// text), rules that can never end, and how many states one expansion may
+// visit (the fanout). All passes are iterative (worklists, Kahn's order), so
+// a grammar of 100,000 rules nested in one long chain is analysed without
+// deep recursion.
+
+class GrammarAnalysis {
+ public:
+  explicit GrammarAnalysis(Grammar& g) : g_(g), n_(g.rules_.size()) {}
+
+  void run() {
+    reachable();
+    nullable_ = fixpoint(/*chars_ok=*/false);
+    const std::vector<char> productive = fixpoint(/*chars_ok=*/true);
+    for (uint32_t r = 0; r < n_; ++r)
+      if (reach_[r] && !productive[r])
+        raise(Status::InvalidArgument,
+              "grammar: %s can never end (each of its alternatives needs it again, or another rule that never ends)",
+              rule_name(r).c_str());
+    // x{m,n} of an x that can match the empty text: each of the n - m
+    // optional copies may be empty, so one text has countless parses (and
+    // nested, (a{0,100}){0,100}, millions of live ones).
+    for (uint32_t r : g_.opt_chains_) {
+      if (!reach_[r]) continue;
+      bool empty_ok = true;
+      for (const GrammarElement& e : g_.rules_[r][0]) {
+        if (e.kind == GrammarElement::End) break;
+        if (&e == &g_.rules_[r][0][g_.rules_[r][0].size() - 2] && e.kind == GrammarElement::RuleRef &&
+            g_.rules_[r][0].size() > 2)
+          break;  // the chain's own next link
+        if (e.kind == GrammarElement::Char || !nullable_[e.rule]) {
+          empty_ok = false;
+          break;
+        }
+      }
+      if (empty_ok)
+        raise(Status::InvalidArgument,
+              "grammar: %s repeats {m,n} something that can match the empty text (like (a?){0,100} or "
+              "(a{0,100}){0,100}): one text would have countless parses; make the repeated item non-empty",
+              rule_name(r).c_str());
+    }
+    const std::vector<uint32_t> order = left_order();
+    fanout(order);
+  }
+
+ private:
+  static constexpr uint64_t kSaturate = uint64_t{1} << 60;
+  static uint64_t add(uint64_t a, uint64_t b) { return std::min(kSaturate, a + b); }
+
+  std::string rule_name(uint32_t r) const {
+    const std::string& n = g_.names_[r];
+    const size_t t = n.find('~');
+    if (t == std::string::npos) return "rule '" + n + "'";
+    return "a group or repetition in rule '" + n.substr(0, t) + "'";
+  }
+
+  void reachable() {
+    reach_.assign(n_, 0);
+    std::vector<uint32_t> work{g_.root_};
+    reach_[g_.root_] = 1;
+    while (!work.empty()) {
+      const uint32_t r = work.back();
+      work.pop_back();
+      for (const auto& alt : g_.rules_[r])
+        for (const GrammarElement& e : alt)
+          if (e.kind == GrammarElement::RuleRef && !reach_[e.rule]) {
+            reach_[e.rule] = 1;
+            work.push_back(e.rule);
+          }
+    }
+  }
+
+  // The rules with an alternative made only of such rules (chars_ok: and
+  // characters): nullable (false) or productive (true), by a worklist.
+  std::vector<char> fixpoint(bool chars_ok) const {
+    std::vector<char> yes(n_, 0);
+    std::vector<std::vector<std::pair<uint32_t, uint32_t>>> uses(n_);
+    std::vector<std::vector<uint32_t>> missing(n_);
+    std::vector<uint32_t> work;
+    constexpr uint32_t kNever = 1u << 30;
+    for (uint32_t r = 0; r < n_; ++r) {
+      if (!reach_[r]) continue;
+      missing[r].resize(g_.rules_[r].size());
+      for (uint32_t a = 0; a < g_.rules_[r].size(); ++a) {
+        uint32_t m = 0;
+        for (const GrammarElement& e : g_.rules_[r][a]) {
+          if (e.kind == GrammarElement::Char && !chars_ok) m = kNever;
+          if (e.kind == GrammarElement::RuleRef) {
+            if (m < kNever) ++m;
+            uses[e.rule].push_back({r, a});
+          }
+        }
+        missing[r][a] = m;
+        if (m == 0 && !yes[r]) {
+          yes[r] = 1;
+          work.push_back(r);
+        }
+      }
+    }
+    while (!work.empty()) {
+      const uint32_t b = work.back();
+      work.pop_back();
+      for (const auto& [r, a] : uses[b]) {
+        uint32_t& m = missing[r][a];
+        if (m >= kNever || m == 0) continue;
+        if (--m == 0 && !yes[r]) {
+          yes[r] = 1;
+          work.push_back(r);
+        }
+      }
+    }
+    return yes;
+  }
+
+  // The rules each rule may expand first (before any character): the left
+  // graph. Returns its rules in an order where each comes after every rule
+  // it may expand first; a cycle is left recursion.
+  std::vector<uint32_t> left_order() {
+    std::vector<std::vector<uint32_t>> firsts(n_), users(n_);
+    std::vector<size_t> pending(n_, 0);
+    for (uint32_t r = 0; r < n_; ++r) {
+      if (!reach_[r]) continue;
+      for (const auto& alt : g_.rules_[r])
+        for (const GrammarElement& e : alt) {
+          if (e.kind != GrammarElement::RuleRef) break;
+          firsts[r].push_back(e.rule);
+          users[e.rule].push_back(r);
+          if (!nullable_[e.rule]) break;
+        }
+      pending[r] = firsts[r].size();
+    }
+    std::vector<uint32_t> order, work;
+    for (uint32_t r = 0; r < n_; ++r)
+      if (reach_[r] && pending[r] == 0) work.push_back(r);
+    while (!work.empty()) {
+      const uint32_t b = work.back();
+      work.pop_back();
+      order.push_back(b);
+      for (uint32_t r : users[b])
+        if (--pending[r] == 0) work.push_back(r);
+    }
+    size_t reached = 0;
+    for (uint32_t r = 0; r < n_; ++r) reached += reach_[r];
+    if (order.size() < reached) {
+      // Walk unfinished rules until one repeats: it is on a cycle.
+      uint32_t r = 0;
+      while (!(reach_[r] && pending[r] > 0)) ++r;
+      std::vector<char> seen(n_, 0);
+      while (!seen[r]) {
+        seen[r] = 1;
+        for (uint32_t f : firsts[r])
+          if (pending[f] > 0) {
+            r = f;
+            break;
+          }
+      }
+      raise(Status::InvalidArgument,
+            "grammar: left recursion: %s can reach itself again before any character (directly, or through "
+            "rules that can match the empty text, such as (x*)* or (x?)+)",
+            rule_name(r).c_str());
+    }
+    return order;
+  }
+
+  // Per element: the states one expansion starting there may visit (a
+  // character: 1; a rule: 1 + its alternatives' first elements, and what
+  // follows when the rule can match the empty text).
+  void fanout(const std::vector<uint32_t>& order) {
+    std::vector<uint64_t> rule_fan(n_, 0);
+    auto contrib = [&](const GrammarElement& e) {
+      return e.kind == GrammarElement::Char ? uint64_t{1} : add(1, rule_fan[e.rule]);
+    };
+    for (uint32_t r : order) {
+      uint64_t sum = 0;
+      for (const auto& alt : g_.rules_[r])
+        for (const GrammarElement& e : alt) {
+          if (e.kind == GrammarElement::End) break;
+          sum = add(sum, contrib(e));
+          if (e.kind == GrammarElement::Char || !nullable_[e.rule]) break;
+        }
+      rule_fan[r] = sum;
+    }
+    uint64_t worst = add(1, rule_fan[g_.root_]);
+    uint32_t worst_rule = g_.root_;
+    for (uint32_t r = 0; r < n_; ++r) {
+      if (!reach_[r]) continue;
+      for (const auto& alt : g_.rules_[r]) {
+        uint64_t c = 0;
+        for (size_t i = alt.size() - 1; i-- > 0;) {
+          const GrammarElement& e = alt[i];
+          c = add(contrib(e), e.kind == GrammarElement::RuleRef && nullable_[e.rule] ? c : 0);
+          if (c > worst) {
+            worst = c;
+            worst_rule = r;
+          }
+        }
+      }
+    }
+    if (worst > Grammar::kMaxFanout)
+      raise(Status::InvalidArgument,
+            "grammar: too ambiguous: in %s the text could continue in up to %llu ways at once (at most %llu); "
+            "nested repetitions of optional items, like (x?){0,100} inside another repetition, do this",
+            rule_name(worst_rule).c_str(), static_cast<unsigned long long>(worst),
+            static_cast<unsigned long long>(Grammar::kMaxFanout));
+    g_.fanout_ = worst;
+  }
+
+  Grammar& g_;
+  const size_t n_;
+  std::vector<char> reach_, nullable_;
+};
+
 std::shared_ptr<const Grammar> Grammar::parse(std::string_view text) {
   if (text.size() > (1u << 20)) raise(Status::InvalidArgument, "grammar: longer than 1 MiB");
   auto g = GbnfParser(text).run();
-  GrammarMatcher probe(g);  // expands root: left recursion fails here
-  (void)probe;
+  GrammarAnalysis(*std::const_pointer_cast<Grammar>(g)).run();  // still ours alone
   return g;
 }
 
 // ---- matching -------------------------------------------------------------------------------
 
+namespace {
+struct StackHash {
+  size_t operator()(const std::vector<const GrammarElement*>& s) const {
+    size_t h = s.size();
+    for (const GrammarElement* p : s) h = h * 1000003u ^ std::hash<const GrammarElement*>{}(p);
+    return h;
+  }
+};
+}  // namespace
+
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> g) : g_(std::move(g)) {
-  long budget = kExpandBudget;
+  std::vector<Stack> from;
   for (const Grammar::Alternative& alt : g_->rules()[g_->root()]) {
     Stack s;
     if (alt[0].kind != GrammarElement::End) s.push_back(&alt[0]);
-    expand(s, state_.stacks, 0, budget);
+    from.push_back(std::move(s));
   }
-  dedupe(state_.stacks);
+  expand(std::move(from), state_.stacks);
 }
 
-void GrammarMatcher::expand(const Stack& s, std::vector<Stack>& out, int depth, long& budget) const {
-  if (depth > 256) raise(Status::InvalidArgument, "grammar: left recursion (or rules nested more than 256 deep without text)");
-  if (--budget < 0) raise(Status::InvalidArgument, "grammar: too ambiguous (more than 200000 expansions for one character)");
-  if (s.empty() || s.back()->kind == GrammarElement::Char) {
-    out.push_back(s);
-    return;
+void GrammarMatcher::expand(std::vector<Stack> from, std::vector<Stack>& out) const {
+  // What parse() proved one expansion may visit, for each stack (every
+  // element of a stack may be expanded once its elements above match the
+  // empty text), plus the end.
+  uint64_t budget = 1;
+  for (const Stack& s : from) budget += (g_->max_fanout() + 1) * (s.size() + 1);
+  std::unordered_set<Stack, StackHash> seen;
+  std::vector<Stack> work(std::make_move_iterator(from.rbegin()), std::make_move_iterator(from.rend()));
+  while (!work.empty() && out.size() < kMaxStacks) {
+    Stack s = std::move(work.back());
+    work.pop_back();
+    if (!seen.insert(s).second) continue;
+    if (budget-- == 0) raise(Status::Internal, "grammar: an expansion went beyond the bound proved at compile time");
+    if (s.empty() || s.back()->kind == GrammarElement::Char) {
+      out.push_back(std::move(s));
+      continue;
+    }
+    const GrammarElement* top = s.back();  // a RuleRef
+    s.pop_back();
+    if ((top + 1)->kind != GrammarElement::End) s.push_back(top + 1);
+    const auto& alts = g_->rules()[top->rule];
+    for (size_t i = alts.size(); i-- > 0;) {
+      Stack n = s;
+      if (alts[i][0].kind != GrammarElement::End) n.push_back(&alts[i][0]);
+      work.push_back(std::move(n));
+    }
   }
-  const GrammarElement* top = s.back();  // a RuleRef
-  Stack rest(s.begin(), s.end() - 1);
-  const GrammarElement* next = top + 1;
-  if (next->kind != GrammarElement::End) rest.push_back(next);
-  for (const Grammar::Alternative& alt : g_->rules()[top->rule]) {
-    Stack n = rest;
-    if (alt[0].kind != GrammarElement::End) n.push_back(&alt[0]);
-    expand(n, out, depth + 1, budget);
-  }
-  if (out.size() > 100000) raise(Status::InvalidArgument, "grammar: too ambiguous (more than 100000 parses at once)");
-}
-
-void GrammarMatcher::dedupe(std::vector<Stack>& stacks) {
-  std::sort(stacks.begin(), stacks.end());
-  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
 }
 
 bool GrammarMatcher::step(State& st, unsigned char b) const {
@@ -438,17 +669,18 @@ bool GrammarMatcher::step(State& st, unsigned char b) const {
     if (--st.pending > 0) return true;
     cp = st.partial;
   }
-  std::vector<Stack> next;
-  long budget = kExpandBudget;
+  std::vector<Stack> from;
   for (const Stack& s : st.stacks) {
     if (s.empty() || !s.back()->matches(cp)) continue;
     Stack n(s.begin(), s.end() - 1);
     const GrammarElement* after = s.back() + 1;
     if (after->kind != GrammarElement::End) n.push_back(after);
-    expand(n, next, 0, budget);
+    from.push_back(std::move(n));
   }
+  if (from.empty()) return false;
+  std::vector<Stack> next;
+  expand(std::move(from), next);
   if (next.empty()) return false;
-  dedupe(next);
   st.stacks = std::move(next);
   return true;
 }

@@ -31,24 +31,42 @@ struct GrammarElement {
 class Grammar {
  public:
   // Parses GBNF text; the start rule is `root`. Error(InvalidArgument) with
-  // the line and what is wrong for a syntax error, an undefined rule, a
-  // missing root or left recursion.
+  // the line and what is wrong for a syntax error, an undefined rule or a
+  // missing root; with the rule at fault for left recursion (also through
+  // rules that can match the empty text), a rule that can never end, or a
+  // point where the text could continue in more than kMaxFanout ways.
   static std::shared_ptr<const Grammar> parse(std::string_view text);
 
   using Alternative = std::vector<GrammarElement>;
   const std::vector<std::vector<Alternative>>& rules() const { return rules_; }
   uint32_t root() const { return root_; }
+  // At most how many match states one expansion from one grammar position
+  // visits (proved when the grammar is compiled; the matcher's budget).
+  uint64_t max_fanout() const { return fanout_; }
+
+  // Compile-time limits: every condition the matcher could fail on is
+  // refused by parse() instead, so a compiled grammar never fails mid-text.
+  static constexpr uint64_t kMaxFanout = 100000;
 
  private:
   std::vector<std::vector<Alternative>> rules_;
   std::vector<std::string> names_;
   uint32_t root_ = 0;
+  uint64_t fanout_ = 0;
+  // Bounded repetitions x{m,n} with n > m + 1: the first of their optional
+  // rules (x opt | ""), checked once nullability is known.
+  std::vector<uint32_t> opt_chains_;
   friend class GbnfParser;
+  friend class GrammarAnalysis;
 };
 
 // The match state: every way the text so far can continue (a set of stacks
 // of positions in the grammar), and the bytes of an unfinished UTF-8
-// character.
+// character. Expansion is iterative and visits each stack once, so its work
+// is bounded by what parse() proved (Grammar::max_fanout()); a grammar so
+// ambiguous that more than kMaxStacks parses stay open at once keeps the
+// first kMaxStacks of them (the text still matches the grammar; fewer
+// continuations are offered), so matching never fails on a compiled grammar.
 class GrammarMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const Grammar> g);
@@ -70,11 +88,11 @@ class GrammarMatcher {
     int pending = 0;        // continuation bytes still expected
     int partial_len = 0;    // bytes seen of the current character
   };
+  static constexpr size_t kMaxStacks = 1024;
   bool step(State& s, unsigned char byte) const;
-  // budget: expansions left for this step (a guard against grammars whose
-  // nullable rules would branch without end).
-  void expand(const Stack& s, std::vector<Stack>& out, int depth, long& budget) const;
-  static void dedupe(std::vector<Stack>& stacks);
+  // Expands the stacks whose top is a rule into stacks whose top is a
+  // character (or empty ones: the end), in order, each once.
+  void expand(std::vector<Stack> from, std::vector<Stack>& out) const;
   std::shared_ptr<const Grammar> g_;
   State state_;
 };

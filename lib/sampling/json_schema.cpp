@@ -569,8 +569,22 @@ class SchemaConverter {
     return static_cast<int64_t>(std::min(v->num, 1e9));
   }
 
+  // A pattern's grammar compiled on its own, so that one the matcher could
+  // not run (left recursion through (a*)*, explosive nested counts) is
+  // refused here, naming the pattern, before any text is generated.
+  static void check_pattern(const std::string& re, const std::string& gbnf) {
+    try {
+      Grammar::parse("root ::= " + gbnf + "\n" + kJsonBase);
+    } catch (const Error& e) {
+      unsupported("pattern '" + re.substr(0, 200) + "' cannot be used: " + e.what());
+    }
+  }
+
   std::string visit(const JVal& s, const std::string& hint, int depth) {
-    if (depth > 64) unsupported("nested too deeply");
+    if (depth > 64) unsupported("nested too deeply (more than 64 levels)");
+    // Type lists visit a schema once per type, so the walk is bounded in
+    // steps as well as in depth.
+    if (++visits_ > kMaxVisits) unsupported("the schema expands to too many rules (type lists nested in type lists?)");
     if (s.type == JVal::Bool) {
       if (!s.b) unsupported("the schema 'false' matches nothing");
       return "value";
@@ -632,7 +646,9 @@ class SchemaConverter {
       if (pat) {
         if (pat->type != JVal::Str) unsupported("pattern must be a string");
         if (fmt) unsupported("pattern together with format is not supported");
-        return new_rule(hint, "\"\\\"\" " + RegexToGbnf(pat->str).run() + " \"\\\"\" ws");
+        const std::string pg = RegexToGbnf(pat->str).run();
+        check_pattern(pat->str, pg);
+        return new_rule(hint, "\"\\\"\" " + pg + " \"\\\"\" ws");
       }
       if (fmt) {
         if (fmt->type != JVal::Str) unsupported("format must be a string");
@@ -704,6 +720,23 @@ class SchemaConverter {
       target = defs ? defs->get(path) : nullptr;
       if (!target) unsupported("$ref '" + ref + "' does not resolve");
     }
+    // A chain of schemas that are only references must reach a schema.
+    {
+      std::set<const JVal*> chain{target};
+      for (const JVal* t = target; t->type == JVal::Obj && t->keys.size() == 1 && t->get("$ref");) {
+        const JVal* next = t->get("$ref");
+        if (next->type != JVal::Str) break;
+        const std::string& r = next->str;
+        const JVal* n = nullptr;
+        if (r == "#") n = &root_;
+        else if (const JVal* defs = root_.get(r.rfind("#/$defs/", 0) == 0 ? "$defs" : "definitions"))
+          n = defs->get(r.substr(r.find('/', 2) + 1));
+        if (!n) break;
+        if (!chain.insert(n).second)
+          unsupported("$ref '" + ref + "' is a cycle of references that never reaches a schema");
+        t = n;
+      }
+    }
     // Named first, so that a recursive reference finds it.
     const std::string name = new_rule("ref-" + path, "value");
     refs_[ref] = name;
@@ -766,6 +799,8 @@ class SchemaConverter {
     return new_rule(hint, body);
   }
 
+  static constexpr long kMaxVisits = 100000;
+  long visits_ = 0;
   const JVal& root_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;

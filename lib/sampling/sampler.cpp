@@ -10,6 +10,12 @@
 
 namespace infer {
 
+namespace {
+// A bias at or below this bans its token in effect: any logit plus it is
+// -inf or so far below every other that it can never be drawn.
+constexpr float kBanBias = 1e30f;
+}  // namespace
+
 // ---- parameters ----------------------------------------------------------------------
 
 void SamplingParams::validate(int32_t n_vocab) const {
@@ -41,6 +47,37 @@ void SamplingParams::validate(int32_t n_vocab) const {
     if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity())
       raise(Status::InvalidArgument, "sampling: logit_bias value for token %d must be a number or -inf (got %g)",
             id, static_cast<double>(bias));
+  }
+  // A bias that leaves no token possible is the caller's mistake, refused
+  // here at submit rather than found at the first draw. Entries for one id
+  // add up (as apply_logit_bias adds them); a total of -inf, or one so
+  // negative that any logit plus it overflows to -inf, bans the token; a
+  // total of +inf would make the softmax undefined.
+  if (!logit_bias.empty() && logit_bias.size() >= static_cast<size_t>(n_vocab)) {
+    std::vector<float> total(static_cast<size_t>(n_vocab), 0.0f);
+    for (const auto& [id, bias] : logit_bias) total[static_cast<size_t>(id)] += bias;
+    bool any = false;
+    for (int32_t id = 0; id < n_vocab; ++id) {
+      const float t = total[static_cast<size_t>(id)];
+      if (t == std::numeric_limits<float>::infinity())
+        raise(Status::InvalidArgument, "sampling: logit_bias entries for token %d add up to +inf", id);
+      if (!(t <= -kBanBias)) any = true;
+    }
+    if (!any)
+      raise(Status::InvalidArgument,
+            "sampling: logit_bias bans every token of the vocabulary (%d tokens); at least one must stay possible",
+            n_vocab);
+  } else {
+    // Fewer entries than tokens: some token is untouched; only sums can overflow.
+    std::vector<std::pair<int32_t, float>> sorted(logit_bias);
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < sorted.size();) {
+      float t = 0.0f;
+      const int32_t id = sorted[i].first;
+      for (; i < sorted.size() && sorted[i].first == id; ++i) t += sorted[i].second;
+      if (t == std::numeric_limits<float>::infinity())
+        raise(Status::InvalidArgument, "sampling: logit_bias entries for token %d add up to +inf", id);
+    }
   }
 }
 
