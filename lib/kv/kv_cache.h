@@ -114,7 +114,6 @@ class KvCache {
   size_t bytes_total() const { return layout_.block_bytes() * layout_.n_blocks; }
   size_t bytes_used() const { return layout_.block_bytes() * n_blocks_used(); }
   int refcount(int block) const { return blocks_[block].refs; }
-  bool block_cached(int block) const { return blocks_[block].hashed; }
 
   // Checks every internal invariant (tests): refcounts equal the number of
   // table entries, the free queue holds exactly the unreferenced blocks, the
