@@ -152,8 +152,9 @@ class KvCache {
 
   int allocate();                 // -1 when nothing can be allocated
   void release(int block);
-  void queue_push_front(int b);
-  void queue_push_back(int b);
+  void queue_push(int b, bool front);
+  void queue_push_front(int b) { queue_push(b, true); }
+  void queue_push_back(int b) { queue_push(b, false); }
   void queue_remove(int b);
   void evict_hash(int b);
   void spill_to_host(int b);
