@@ -246,7 +246,7 @@ size_t Engine::verify(const StepPlan& plan, size_t first) {
     if (v->accepted) ++accepted;
     ended = !finisher_.emit(s, v->token) || !v->accepted;
   }
-  if (accepted == n && !ended && !s.request().finished()) finisher_.sample(s, logits_.data() + (first + n) * n_vocab);
+  if (accepted == n && !ended) finisher_.sample(s, logits_.data() + (first + n) * n_vocab);
   // Accepted drafts' K/V were computed at the right positions: they count.
   spec_.verified(s, n, accepted);
   sched_.verified(s, accepted);

@@ -15,12 +15,8 @@ bool Finisher::may_take(Sequence& s) const {
 }
 
 void Finisher::sample(Sequence& s, const float* lg) {
+  if (!may_take(s)) return;
   Request& r = s.request();
-  if (r.finished()) return;
-  if (r.n_generated() >= r.params().max_tokens) {
-    r.finish(FinishReason::Length);
-    return;
-  }
   int32_t t;
   try {
     s.scratch.assign(lg, lg + n_vocab_);

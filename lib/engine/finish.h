@@ -22,7 +22,8 @@ class Finisher {
   // ended, its owner cancelled it, or it reached max_tokens: finished then
   // with Length).
   bool may_take(Sequence& s) const;
-  // Draws s's next token from a logits row (its sampler) and emits it.
+  // Draws s's next token from a logits row (its sampler) and emits it;
+  // nothing when may_take says s takes no more tokens.
   void sample(Sequence& s, const float* logits);
   // Appends token t to s's request, releases its text and calls the token
   // callback; finishes the request when ends_after says so or the callback
