@@ -50,7 +50,7 @@ TEST_CASE("finish: ends_after names every end of a sequence", "[engine][finish]"
   CHECK(t->n_tokens() == 8);
 }
 
-TEST_CASE("finish: the callback sees the released text; declining cancels; a cancelled sequence takes nothing",
+TEST_CASE("finish: the callback sees the released text, declining cancels, a cancelled sequence takes nothing",
           "[engine][finish]") {
   NEED_MODEL(model);
   const Tokenizer& tok = model->tokenizer();
