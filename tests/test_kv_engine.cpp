@@ -170,57 +170,6 @@ TEST_CASE("f16 and int8 KV keep greedy continuations", "[kv][kvtype][engine]") {
   for (const auto* p : {&bos, &once, &tom}) REQUIRE(agreeing_tokens(*model, *p, KvType::I8, 64) == 64);
 }
 
-// Not run by default: the KV quality table of bench/RESULTS.md.
-//   build/tests/infer_tests "[.kvquality]" -s
-TEST_CASE("KV element types: KL from f32 and top-1 agreement on held-out text", "[.kvquality]") {
-  REQUIRE_SHARED(eval, "text/stories-eval.txt");
-  std::vector<std::pair<std::string, std::unique_ptr<Model>>> models;
-  models.emplace_back("stories260K", infer_test::stories260k());
-  if (auto xs = infer_test::stories_xs()) models.emplace_back("stories-xs", std::move(xs));
-  const std::string text = infer_test::read_text(eval);
-  for (auto& [name, m] : models) {
-    const std::vector<int32_t> ids = m->tokenizer().encode(text, false);
-    auto logprobs = [&](KvType t) {
-      EngineParams ep;
-      ep.kv_type = t;
-      ep.n_ctx = 256;
-      Engine engine(*m, ep);
-      std::vector<std::shared_ptr<Request>> rs;
-      for (size_t s = 0; s < ids.size(); s += 255) {
-        RequestParams rp;
-        rp.prompt.push_back(1);
-        rp.prompt.insert(rp.prompt.end(), ids.begin() + s, ids.begin() + std::min(ids.size(), s + 255));
-        rp.max_tokens = 0;
-        rp.logits = kLogitsPrompt | kLogitsLogprobs;
-        rs.push_back(engine.submit(rp));
-      }
-      engine.run();
-      return rs;
-    };
-    auto base = logprobs(KvType::F32);
-    for (KvType t : {KvType::F16, KvType::I8}) {
-      auto other = logprobs(t);
-      double kl = 0, nll_base = 0, nll = 0;
-      int64_t n = 0, agree = 0;
-      for (size_t w = 0; w < base.size(); ++w) {
-        const auto& prompt = base[w]->params().prompt;
-        const float* a = base[w]->logits().data();
-        const float* b = other[w]->logits().data();
-        for (size_t i = 0; i + 1 < prompt.size(); ++i, ++n) {
-          const float* ra = a + i * 512;
-          const float* rb = b + i * 512;
-          for (int j = 0; j < 512; ++j) kl += std::exp(ra[j]) * (ra[j] - rb[j]);
-          agree += std::max_element(ra, ra + 512) - ra == std::max_element(rb, rb + 512) - rb;
-          nll_base -= ra[prompt[i + 1]];
-          nll -= rb[prompt[i + 1]];
-        }
-      }
-      WARN(name << " kv " << kv_type_name(t) << ": tokens " << n << ", ppl f32 " << std::exp(nll_base / n) << ", ppl "
-                << std::exp(nll / n) << ", mean KL " << kl / n << ", top-1 agreement " << double(agree) / n);
-    }
-  }
-}
-
 TEST_CASE("sliding window: full attention inside the window, bounded blocks", "[kv][window][engine]") {
   REQUIRE_SHARED(src, "models/stories260K.gguf");
   auto in = GgufFile::open(src);

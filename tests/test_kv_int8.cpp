@@ -1,6 +1,7 @@
 // int8 KV against f32 KV on the reference prompts of ../shared/reference:
-// the greedy continuation must not change for at least 64 tokens, and a
-// hidden probe prints the per-prompt error numbers (bench/RESULTS.md).
+// the greedy continuation must not change for at least 64 tokens. (The
+// per-prompt error numbers of bench/RESULTS.md: `infer_kv_quality probe`,
+// bench/kv_quality.cpp.)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -51,20 +52,6 @@ int first_difference(const std::vector<int32_t>& a, const std::vector<int32_t>& 
   return k;
 }
 
-// Logit rows of every position of `tokens` (teacher forcing).
-std::vector<float> forced_logits(const Model& m, const std::vector<int32_t>& tokens, KvType t) {
-  EngineParams ep;
-  ep.kv_type = t;
-  Engine engine(m, ep);
-  RequestParams rp;
-  rp.prompt = tokens;
-  rp.max_tokens = 0;
-  rp.logits = kLogitsPrompt;
-  auto r = engine.submit(rp);
-  engine.run();
-  return r->logits();
-}
-
 std::unique_ptr<Model> load(bool xs) { return xs ? infer_test::stories_xs() : infer_test::stories260k(); }
 
 }  // namespace
@@ -92,64 +79,6 @@ TEST_CASE("int8 KV keeps the greedy continuation of every reference prompt for 6
       REQUIRE(std::equal(f32.begin(), f32.end(), want.begin() + prompt.size()));
     }
     REQUIRE(first_difference(f32, i8) == 64);
-  }
-}
-
-// Not run by default: per-prompt int8 KV error (bench/RESULTS.md).
-//   build/tests/infer_tests "[.kvprobe]" -s
-TEST_CASE("int8 KV error on the reference prompts", "[.kvprobe]") {
-  REQUIRE_SHARED(ref_dir, "reference/stories260K-bos.tokens");
-  std::unique_ptr<Model> models[2];
-  for (const RefPrompt& r : kRefs) {
-    auto& m = models[r.xs];
-    if (!m) m = load(r.xs);
-    if (!m) continue;
-    const std::vector<int32_t> prompt = prompt_of(*m, r);
-    const std::vector<int32_t> ref = read_tokens(infer_test::shared_file(std::string("reference/") + r.name + ".tokens"));
-    const int n_gen = static_cast<int>(ref.size() - prompt.size());
-    const int diverge = first_difference(greedy_tokens(*m, prompt, KvType::F32, n_gen),
-                                         greedy_tokens(*m, prompt, KvType::I8, n_gen));
-    // Teacher-forced over the reference tokens: logit error per position.
-    const int V = m->config().n_vocab;
-    const std::vector<float> a = forced_logits(*m, ref, KvType::F32), b = forced_logits(*m, ref, KvType::I8);
-    double abs_err = 0, kl = 0, min_margin = 1e9, err_at_min = 0;
-    int agree = 0, n = 0, min_at = -1;
-    for (size_t i = 0; i + 1 < ref.size(); ++i, ++n) {
-      const float* ra = a.data() + i * V;
-      const float* rb = b.data() + i * V;
-      double la = -1e30, lb = -1e30;
-      for (int j = 0; j < V; ++j) la = std::max<double>(la, ra[j]), lb = std::max<double>(lb, rb[j]);
-      double sa = 0, sb = 0;
-      for (int j = 0; j < V; ++j) sa += std::exp(ra[j] - la), sb += std::exp(rb[j] - lb);
-      const double za = la + std::log(sa), zb = lb + std::log(sb);
-      for (int j = 0; j < V; ++j) {
-        abs_err += std::fabs(ra[j] - rb[j]);
-        kl += std::exp(ra[j] - za) * ((ra[j] - za) - (rb[j] - zb));
-      }
-      const int ta = static_cast<int>(std::max_element(ra, ra + V) - ra);
-      agree += ta == static_cast<int>(std::max_element(rb, rb + V) - rb);
-      if (i + 1 >= prompt.size()) {  // a generated position: the top-two margin
-        float second = -1e30f;
-        for (int j = 0; j < V; ++j)
-          if (j != ta) second = std::max(second, ra[j]);
-        const double margin = ra[ta] - second;
-        if (margin < min_margin) {
-          min_margin = margin;
-          min_at = static_cast<int>(i + 1 - prompt.size());
-          float sb2 = -1e30f;
-          for (int j = 0; j < V; ++j)
-            if (j != ta) sb2 = std::max(sb2, rb[j]);
-          err_at_min = (rb[ta] - sb2) - margin;  // change of the margin under int8
-        }
-      }
-    }
-    char line[512];
-    std::snprintf(line, sizeof line,
-                  "%-17s greedy agreement %3d/%d, forced: mean |dlogit| %.5f, mean KL %.3e, top-1 %.4f, "
-                  "smallest f32 margin %.4f at gen token %d (int8 changes it by %+.4f)",
-                  r.name, diverge, n_gen, abs_err / (static_cast<double>(n) * V), kl / n, double(agree) / n,
-                  min_margin, min_at, err_at_min);
-    std::printf("%s\n", line);
   }
 }
 

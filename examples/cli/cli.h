@@ -27,7 +27,7 @@ namespace cli {
 
 // The model used when -m is not given: stories260K.gguf from the shared data
 // directory, looked for where the program is, not where it is run from
-// (default_model() in cli.cpp).
+// (default_model() in main.cpp).
 std::string default_model();
 
 struct UsageError {
@@ -133,9 +133,6 @@ class Args {
   std::string get(const std::string& k, const std::string& def = "") const {
     auto it = values_.find(key(k));
     return it == values_.end() ? def : it->second;
-  }
-  std::string get2(const std::string& a, const std::string& b, const std::string& def = "") const {
-    return has(a) ? get(a) : get(b, def);
   }
   bool flag(const std::string& k) const { return flags_.count(key(k)) > 0; }
   // Every value of a flag given several times, in order.

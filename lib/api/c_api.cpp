@@ -1,6 +1,9 @@
-// The C API: handles, parameter translation and error translation. No logic
-// lives here: every call forwards to the C++ core and turns exceptions into
-// an infer_status plus a thread-local message.
+// The C API: handles, parameter translation and error translation, plus the
+// glue only the C boundary needs (callbacks disarmed when their handle goes,
+// grammars bound to the vocabulary, text handed out in whole UTF-8
+// characters, the memory check before an engine is made). Generation itself
+// is the C++ core's; every exception becomes an infer_status plus a
+// thread-local message.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -848,12 +851,12 @@ infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_sta
     infer_engine_stats_init(&o);
     o.n_running = s.n_running;
     o.n_waiting = s.n_waiting;
-    const size_t block_bytes = e.kv().layout().block_bytes();  // layout is immutable
+    const infer::KvPlan& kv = e.kv_plan();  // immutable
     o.kv_blocks_total = s.kv.blocks_total;
     o.kv_blocks_used = s.kv.blocks_used;
-    o.kv_block_size = e.kv().layout().block_size;
-    o.kv_bytes_total = block_bytes * static_cast<uint64_t>(s.kv.blocks_total);
-    o.kv_bytes_used = block_bytes * static_cast<uint64_t>(s.kv.blocks_used);
+    o.kv_block_size = kv.layout.block_size;
+    o.kv_bytes_total = kv.bytes(s.kv.blocks_total);
+    o.kv_bytes_used = kv.bytes(s.kv.blocks_used);
     o.n_steps = s.n_steps;
     o.n_prompt_tokens = s.n_prompt_tokens;
     o.n_generated_tokens = s.n_generated_tokens;
@@ -888,16 +891,7 @@ infer_status infer_engine_max_concurrency(const infer_engine* engine, int32_t pr
   INFER_CHECK_ARG(prompt_len >= 1 && output_len >= 0,
                   "infer_engine_max_concurrency: prompt_len must be >= 1 and output_len >= 0");
   return guarded([&] {
-    // A prompt longer than the context is never admitted; output stops at the
-    // context, so the KV a request can need is at most n_ctx tokens. Clamping
-    // here keeps prompt_len + output_len far from int32 limits (#5).
-    const int32_t n_ctx = engine->engine->n_ctx();
-    if (prompt_len > n_ctx) {
-      *out = 0;
-      return INFER_OK;
-    }
-    output_len = static_cast<int32_t>(std::min<int64_t>(output_len, static_cast<int64_t>(n_ctx) - prompt_len));
-    *out = engine->engine->max_concurrency(prompt_len, output_len);
+    *out = engine->engine->max_concurrency(prompt_len, output_len);  // clamped to the context there
     return INFER_OK;
   });
 }

@@ -15,7 +15,6 @@
 #include "tools/evaluate.h"
 #include "tools/llama2c.h"
 #include "quant/formats.h"
-#include "tools/evaluate.h"
 #include "tools/quantize.h"
 #include "tools/synth.h"
 

@@ -5,24 +5,6 @@
 
 namespace infer {
 
-const char* status_name(Status s) {
-  switch (s) {
-    case Status::Ok: return "ok";
-    case Status::Io: return "I/O error";
-    case Status::Format: return "malformed input";
-    case Status::Unsupported: return "unsupported";
-    case Status::OutOfMemory: return "out of memory";
-    case Status::InvalidArgument: return "invalid argument";
-    case Status::Cancelled: return "cancelled";
-    case Status::Backend: return "backend error";
-    case Status::Internal: return "internal error";
-    case Status::BufferTooSmall: return "buffer too small";
-    case Status::NotFound: return "not found";
-    case Status::Busy: return "busy";
-  }
-  return "unknown status";
-}
-
 static std::string vformat(const char* fmt, va_list ap) {
   va_list ap2;
   va_copy(ap2, ap);

@@ -26,8 +26,6 @@ enum class Status : int {
   Busy = 11,
 };
 
-const char* status_name(Status s);
-
 class Error : public std::runtime_error {
  public:
   Error(Status status, const std::string& message)

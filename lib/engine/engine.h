@@ -1,12 +1,18 @@
-// The engine: owns a paged KV cache, a thread pool, a backend and a
-// scheduler, and turns queued requests into batches, one step at a time.
+// The engine: owns a paged KV cache (sized by kv/kv_plan.h), a thread pool,
+// a backend, a scheduler and a speculator, and turns queued requests into
+// batches, one step at a time.
 //
-// A step reads as plan -> forward -> post-process:
-//   plan         the scheduler picks the rows of this step (engine/scheduler.h),
+// A step reads as inbox -> propose -> schedule -> forward -> post-process:
+//   inbox        submissions from any thread join the scheduler's queue,
+//   propose      the speculator drafts for the sequences that will decode
+//                (engine/speculation.h; nothing without speculation),
+//   schedule     the scheduler picks the rows of this step, drafts included
+//                (engine/scheduler.h),
 //   forward      the model computes them over the paged KV cache,
-//   post-process logits rows are stored, the next token of every sequence
-//                that consumed all its known tokens is sampled and appended
-//                (stop strings, streaming, finishing), followers of n > 1
+//   post-process logits rows are stored, drafts are verified, the next token
+//                of every sequence that consumed all its known tokens is
+//                sampled and emitted (engine/finish.h: text, stop strings,
+//                the callback, whether the request ends), followers of n > 1
 //                families fork, and new full blocks join the prefix cache.
 // A failure inside the forward pass (including an allocation failure) fails
 // the requests of that step alone; the engine and every other request go on.
@@ -25,8 +31,11 @@
 #include "core/threadpool.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
+#include "engine/finish.h"
 #include "engine/sequence.h"
+#include "engine/speculation.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_plan.h"
 #include "model/model.h"
 
 namespace infer {
@@ -57,6 +66,8 @@ struct EngineParams {
   // rejected drafts then cost real time (0: no limit). See bench/RESULTS.md.
   int32_t spec_max_batch = 4;
   void validate() const;
+  // What the KV pool is sized from, for a context of n_ctx tokens.
+  KvSizing kv_sizing(int32_t n_ctx) const;
 };
 
 struct EngineStats {
@@ -96,39 +107,28 @@ class Engine {
   const KvCache& kv() const { return *kv_; }
   KvCache& kv() { return *kv_; }
   const EngineParams& params() const { return params_; }
+  const KvPlan& kv_plan() const { return kv_plan_; }
   int32_t n_ctx() const { return n_ctx_; }
   // A consistent snapshot, safe from any thread (taken at the end of a step).
   EngineStats stats() const;
   // How many sequences of prompt_len + output_len tokens the KV budget holds
   // at once without prefix sharing (capped by max_seqs): the "max batch
-  // size" deployments are sized by.
+  // size" deployments are sized by. A prompt longer than the context is
+  // never admitted (0); output stops at the context.
   int32_t max_concurrency(int32_t prompt_len, int32_t output_len) const;
 
  // Dynamic batching: when the waiting batch starts even if not full
   // (nullopt: nothing waits for a deadline). Stepping thread only.
   std::optional<Clock::time_point> admission_deadline() const { return sched_.admission_deadline(); }
   // The draft model's KV cache (nullptr without a draft model): tests and stats.
-  const KvCache* draft_kv() const { return draft_kv_.get(); }
+  const KvCache* draft_kv() const { return spec_.draft_kv(); }
 
  private:
   std::shared_ptr<Sequence> make_sequence(RequestParams& p);
   void take_inbox();
+  StepPlan plan_step();
   bool forward(const StepPlan& plan);
   void postprocess(const StepPlan& plan);
-  void sample_next(Sequence& s, const float* logits);
-  // Appends token t to s's request (end of generation, limits, stop strings,
-  // streaming). False when the request has ended.
-  bool emit(Sequence& s, int32_t t);
-  // Proposes this step's drafts for the decoding sequences.
-  void draft();
-  // LayerSkip: the drafts of `seqs` (k[i] tokens at most each), one batched
-  // forward of the skipping model per draft position.
-  void draft_layerskip(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& k);
-  // Draft model: each sequence's draft K/V catch up with its tokens, then one
-  // batched draft step per draft position.
-  void draft_model_step(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& k);
-  // A forward of the draft model; false (drafts dropped) when it fails.
-  bool draft_forward(const Batch& b);
   // Decides the drafts of the entry whose rows start at plan row `first`;
   // returns the number of rows it consumed.
   size_t verify(const StepPlan& plan, size_t first);
@@ -137,17 +137,14 @@ class Engine {
   const Model& model_;
   EngineParams params_;
   int32_t n_ctx_;
+  KvPlan kv_plan_;
   ThreadPool pool_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<KvCache> draft_kv_;  // before sched_: sequences release their draft slots into it
-  Workspace draft_ws_;
-  Scheduler sched_;
   Workspace ws_;
-  std::unique_ptr<Drafter> drafter_;
-  StepCosts step_costs_;  // forward and draft costs as measured here (speculation's draft length)
-  std::vector<uint8_t> skip_layers_;  // LayerSkip
-  std::vector<float> draft_logits_;
+  Speculator spec_;  // before sched_: sequences release their draft-cache slots into it
+  Scheduler sched_;
+  Finisher finisher_;
   std::vector<float> logits_;
   EngineStats stats_;
   int plan_failures_ = 0;  // consecutive steps whose planning ran out of memory

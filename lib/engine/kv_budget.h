@@ -5,12 +5,21 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+
+#include "kv/kv_cache.h"
+#include "kv/kv_plan.h"
 
 namespace infer {
 
+class Backend;
 class Engine;
 class Model;
 struct EngineParams;
+
+// A KV cache of `plan`'s layout: the books in the cache, the bytes in the
+// backend's memory (Backend::make_kv_memory, both tiers).
+std::unique_ptr<KvCache> make_kv_cache(const KvPlan& plan, Backend& backend);
 
 // Before the engine is created: a pool sized explicitly (kv_blocks,
 // kv_budget_bytes, host_kv_budget_bytes) that needs more than `available`

@@ -5,17 +5,9 @@
 
 namespace infer {
 
-Request::Request(uint64_t id, RequestParams params, const Tokenizer& tok)
-    : id_(id),
-      params_(std::move(params)),
-      tok_(tok),
-      // A prompt that is only BOS (or empty text) starts the text: its first
-      // generated piece loses the SPM leading space like any decoded text.
-      decoder_(tok, /*at_text_start=*/true) {
+Request::Request(uint64_t id, RequestParams params) : id_(id), params_(std::move(params)) {
   tokens_ = params_.prompt;
   n_prompt_ = static_cast<int32_t>(tokens_.size());
-  // The decoder sees the prompt so the generated text continues it exactly.
-  for (int32_t t : tokens_) decoder_.push(t);
   times_.submit = Clock::now();
 }
 
@@ -57,13 +49,6 @@ bool Request::wait_finished(int32_t timeout_ms) const {
   return finish_ != FinishReason::None;
 }
 
-std::string Request::flush_text() {
-  std::string rest = held_ + decoder_.flush();
-  held_.clear();
-  text_ += rest;
-  return rest;
-}
-
 void Request::add_logprobs(TokenLogprobs&& lp) {
   std::lock_guard<std::mutex> lock(mu_);
   logprobs_.push_back(std::move(lp));
@@ -101,52 +86,18 @@ void Request::mark_scheduled(int32_t n_cached) {
   n_cached_ = n_cached;
 }
 
-bool Request::accept_token(int32_t token, bool is_eog, bool at_length_limit) {
+void Request::append(int32_t token, const std::string& released) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto now = Clock::now();
   if (n_generated() == 0) times_.first_token = now;
   times_.last_token = now;
   tokens_.push_back(token);
-
-  std::string released;
-  bool done = false;
-  FinishReason reason = FinishReason::None;
-  if (is_eog) {
-    released = flush_text();
-    done = true;
-    reason = FinishReason::Stop;
-  } else {
-    held_ += decoder_.push(token);
-    StopMatch m = find_stop(held_, params_.stop);
-    if (m.found) {
-      released = held_.substr(0, m.pos);
-      text_ += released;
-      held_.clear();
-      done = true;
-      reason = FinishReason::Stop;
-    } else if (at_length_limit) {
-      released = flush_text();
-      done = true;
-      reason = FinishReason::Length;
-    } else {
-      const size_t n = held_.size() - m.hold_back;
-      released = held_.substr(0, n);
-      held_.erase(0, n);
-      text_ += released;
-    }
-  }
+  text_ += released;
   // Wake the readers only when one waits for this many tokens.
   const bool wake = static_cast<size_t>(n_generated()) >= notify_at_;
   if (wake) notify_at_ = SIZE_MAX;
   lock.unlock();
   if (wake) cv_.notify_all();
-  // The callback runs without the lock: it may read the request's state.
-  if (params_.on_token && !params_.on_token(token, released)) {
-    finish(done ? reason : FinishReason::Cancelled);
-    return true;
-  }
-  if (done) finish(reason);
-  return done;
 }
 
 }  // namespace infer

@@ -1,5 +1,8 @@
-// One generation request and its state as it moves through the engine:
-// waiting -> running (prefill, then decode) -> finished.
+// One generation request: its parameters and its output, a passive sink the
+// stepping thread appends to (append) and ends (finish, the first call wins),
+// and other threads read and wait on. Whether a request ends, and why, is
+// decided elsewhere (engine/finish.h); where its sequence is in the engine
+// (waiting, running, preempted) is the scheduler's (engine/sequence.h).
 #pragma once
 
 #include <atomic>
@@ -54,12 +57,12 @@ struct RequestTimes {
 // One request's parameters and output: the generated tokens and text, the
 // logits rows it asked for, its timings and how it finished. The engine's
 // stepping thread is the only writer (through the "engine side" members
-// below); any thread may read under mutex(). The scheduling state of the
-// sequence that computes it (KV slot, computed count, sampler) is not here:
+// below); any thread may read under mutex(). The state of the sequence that
+// computes it (KV slot, computed count, sampler, text decoder) is not here:
 // it is the engine's own (engine/sequence.h).
 class Request {
  public:
-  Request(uint64_t id, RequestParams params, const Tokenizer& tok);
+  Request(uint64_t id, RequestParams params);
 
   uint64_t id() const { return id_; }
   const RequestParams& params() const { return params_; }
@@ -91,17 +94,14 @@ class Request {
   // Waits until the request finished, at most timeout_ms (< 0: no limit);
   // not woken by each token. Returns finished().
   bool wait_finished(int32_t timeout_ms) const;
-  // Replaces the token callback (before the request starts).
-  void set_callback(TokenCallback cb) { params_.on_token = std::move(cb); }
 
   // ---- engine side (the stepping thread only) ----
   // Prompt and generated tokens (the engine reads them without the lock: it
   // is the only writer).
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  // Appends a sampled token, releases its text through the callback and
-  // finishes the request when a stop condition holds. Returns true if the
-  // request finished.
-  bool accept_token(int32_t token, bool is_eog, bool at_length_limit);
+  // Appends a generated token and the text it releases; wakes the readers
+  // that wait for this many tokens.
+  void append(int32_t token, const std::string& released);
   // Ends the request (the first call wins) and wakes its readers.
   void finish(FinishReason reason, Status status = Status::Ok, std::string message = {});
   // Stores the log-probabilities of the token about to be accepted.
@@ -123,18 +123,13 @@ class Request {
  private:
   // Waits (lock held) until n_generated() >= count or finished().
   void wait_count(std::unique_lock<std::mutex>& lock, size_t count, int32_t timeout_ms) const;
-  // Emits held-back text (end of the request).
-  std::string flush_text();
 
   uint64_t id_;
   RequestParams params_;
-  const Tokenizer& tok_;
-  StreamDecoder decoder_;
 
   std::vector<int32_t> tokens_;  // prompt, then generated tokens
   int32_t n_prompt_ = 0;
   std::string text_;             // released text
-  std::string held_;             // decoded but held back (possible stop-string start)
   std::vector<float> logits_;
   int64_t n_logit_rows_ = 0;
   std::vector<TokenLogprobs> logprobs_;

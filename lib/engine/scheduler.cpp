@@ -193,7 +193,7 @@ int32_t Scheduler::step_budget(bool open) const {
   int32_t decode = 0, want = 0;
   for (const auto& s : running_) {
     if (!s->on_device() || s->done()) continue;
-    if (s->pending() == 1) decode += 1 + static_cast<int32_t>(s->draft.size()); else want += s->pending();
+    if (s->pending() == 1) decode += 1 + static_cast<int32_t>(s->spec.draft.size()); else want += s->pending();
   }
   // Only the prompts that can be admitted this step: the free sequence slots
   // bound them (counting every waiting prompt made the step end wherever the
@@ -232,8 +232,8 @@ StepPlan Scheduler::schedule() {
         // Drafts ride along when budget and free blocks allow; they never
         // preempt anyone (they are a bet, the real token is not).
         int32_t n_draft = 0;
-        if (s->pending() == 1 && !s->draft.empty()) {
-          n_draft = std::min<int32_t>(static_cast<int32_t>(s->draft.size()), budget - take);
+        if (s->pending() == 1 && !s->spec.draft.empty()) {
+          n_draft = std::min<int32_t>(static_cast<int32_t>(s->spec.draft.size()), budget - take);
           const int32_t end = s->n_computed + take + n_draft;
           try {
             if (n_draft > 0 && !(kv_.reserve(s->slot, end) && kv_.prepare_write(s->slot, s->n_computed + take, end)))
@@ -308,13 +308,14 @@ void Scheduler::build_batch(StepPlan& plan) const {
     // next draft (the last row's give the token after all of them).
     for (int32_t j = 0; j < en.n_draft; ++j) {
       const int32_t pos = s.n_tokens() + j;
-      plan.batch.add(s.draft[j], pos, s.slot, true);
+      plan.batch.add(s.spec.draft[j], pos, s.slot, true);
       plan.rows.push_back({static_cast<int32_t>(e), pos, false, true});
     }
   }
 }
 
-void Scheduler::rolled_back(Sequence& s) {
+void Scheduler::verified(Sequence& s, int32_t accepted) {
+  s.n_computed += accepted;
   if (s.on_device() && !s.done()) kv_.truncate(s.slot, s.n_tokens());
 }
 
@@ -340,7 +341,6 @@ std::vector<Sequence*> Scheduler::fork_followers(Sequence& leader) {
       continue;
     }
     f->n_computed = leader.n_computed;
-    f->next_logit_pos = leader.next_logit_pos;
     f->admit_order = ++admit_counter_;
     f->request().copy_prompt_outputs(leader.request());
     running_.push_back(f);

@@ -61,7 +61,7 @@ struct StepPlan {
     Sequence* seq;
     int32_t begin;  // first token index fed this step
     int32_t count;  // tokens fed this step
-    int32_t n_draft = 0;  // draft tokens fed after them (seq->draft[0..n_draft)), to be verified
+    int32_t n_draft = 0;  // draft tokens fed after them (seq->spec.draft[0..n_draft)), to be verified
   };
   // One per batch row whose logits are computed, in batch order.
   struct Row {
@@ -88,12 +88,14 @@ class Scheduler {
   // After a successful forward: the planned tokens' K/V are in the cache
   // (draft tokens' K/V count only once the engine accepts them).
   void computed(const StepPlan& plan);
-  // After verification: positions from s.n_computed on held rejected drafts;
-  // blocks wholly past the sequence's tokens go back to the pool (nothing is
-  // copied: the next step overwrites the rest).
-  void rolled_back(Sequence& s);
+  // After verification kept `accepted` drafts of s: they count as computed;
+  // positions past them held rejected drafts, and blocks wholly past the
+  // sequence's tokens go back to the pool (nothing is copied: the next step
+  // overwrites the rest).
+  void verified(Sequence& s, int32_t accepted);
   // A leader whose prompt is computed: each follower forks its KV (all blocks
-  // shared) and runs on its own. Returns the followers now running.
+  // shared) and runs on its own. Returns the followers now running (their
+  // decoder state is the caller's to copy).
   std::vector<Sequence*> fork_followers(Sequence& leader);
   // After post-processing: newly filled blocks join the prefix cache; blocks
   // that slid out of the attention window are released.

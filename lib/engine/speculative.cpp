@@ -8,16 +8,6 @@
 
 namespace infer {
 
-const char* spec_method_name(SpecMethod m) {
-  switch (m) {
-    case SpecMethod::None: return "none";
-    case SpecMethod::Ngram: return "ngram";
-    case SpecMethod::LayerSkip: return "layerskip";
-    case SpecMethod::Draft: return "draft";
-  }
-  return "?";
-}
-
 std::vector<uint8_t> parse_layer_list(const std::string& spec, int32_t n_layer) {
   if (n_layer <= 0) raise(Status::InvalidArgument, "layer list: the model has no layers");
   std::vector<uint8_t> skip(static_cast<size_t>(n_layer), 0);

@@ -40,7 +40,6 @@ class Tokenizer;
 //  Draft:     a separate, smaller model with the same vocabulary and its own
 //             paged KV cache that follows each sequence.
 enum class SpecMethod : int { None = 0, Ngram = 1, LayerSkip = 2, Draft = 3 };
-const char* spec_method_name(SpecMethod m);
 
 // Parses a list of layers and ranges ("4-17", "3,5,9-11") into one flag per
 // layer. Error(InvalidArgument) naming the problem for bad syntax, layers
@@ -52,26 +51,19 @@ std::vector<uint8_t> parse_layer_list(const std::string& spec, int32_t n_layer);
 // Error(InvalidArgument) naming the first difference otherwise.
 void check_draft_vocab(const Tokenizer& target, const Tokenizer& draft);
 
-class Drafter {
- public:
-  virtual ~Drafter() = default;
-  virtual const char* name() const = 0;
-  // Appends up to max_k proposed tokens to follow `tokens` (prompt and
-  // generated) to `out`; returns how many. 0: nothing worth proposing.
-  virtual int32_t propose(const std::vector<int32_t>& tokens, int32_t max_k, std::vector<int32_t>& out) = 0;
-};
-
 // Prompt lookup: finds the latest earlier occurrence of the sequence's last
 // n tokens (n from n_max down to n_min) in its prompt and generated text,
 // and proposes the tokens that followed it. No model, no distribution (point
 // masses). Strong where outputs copy their input (summaries, code edits,
-// extraction) and on repetitive text.
-class NgramDrafter final : public Drafter {
+// extraction) and on repetitive text. (The engine's batch-shaped drafters
+// are in engine/speculation.*; this is the n-gram one's rule.)
+class NgramDrafter {
  public:
   // Error(InvalidArgument) unless 1 <= n_min <= n_max <= 64.
   NgramDrafter(int32_t n_max = 3, int32_t n_min = 1);
-  const char* name() const override { return "ngram"; }
-  int32_t propose(const std::vector<int32_t>& tokens, int32_t max_k, std::vector<int32_t>& out) override;
+  // Appends up to max_k proposed tokens to follow `tokens` (prompt and
+  // generated) to `out`; returns how many. 0: nothing worth proposing.
+  int32_t propose(const std::vector<int32_t>& tokens, int32_t max_k, std::vector<int32_t>& out);
 
  private:
   int32_t n_max_, n_min_;

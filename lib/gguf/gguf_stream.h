@@ -25,7 +25,6 @@ class GgufStreamWriter {
   void set(const std::string& key, GgufValue value);
   // Declares the next tensor; Error(InvalidArgument) for a bad shape/type.
   void add_tensor(const std::string& name, const std::vector<int64_t>& dims, DType type);
-  size_t tensor_bytes(size_t index) const { return tensors_[index].nbytes; }
   size_t n_tensors() const { return tensors_.size(); }
 
   void begin();

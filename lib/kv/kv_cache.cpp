@@ -40,22 +40,18 @@ KvCache::KvCache(const KvLayout& layout, const KvMemoryFactory& make_memory) : l
 
 KvCache::~KvCache() = default;
 
-void KvCache::queue_push_front(int b) {
+// Links block b in at one end of the free queue: `outward` is the link that
+// points past that end, `inward` the one that points into the queue.
+void KvCache::queue_push(int b, bool front) {
+  int32_t& end = front ? q_head_ : q_tail_;
+  int32_t& other_end = front ? q_tail_ : q_head_;
+  int32_t Block::*outward = front ? &Block::prev : &Block::next;
+  int32_t Block::*inward = front ? &Block::next : &Block::prev;
   Block& k = blocks_[b];
-  k.prev = -1;
-  k.next = q_head_;
-  if (q_head_ >= 0) blocks_[q_head_].prev = b; else q_tail_ = b;
-  q_head_ = b;
-  k.queued = true;
-  ++n_free_;
-}
-
-void KvCache::queue_push_back(int b) {
-  Block& k = blocks_[b];
-  k.next = -1;
-  k.prev = q_tail_;
-  if (q_tail_ >= 0) blocks_[q_tail_].next = b; else q_head_ = b;
-  q_tail_ = b;
+  k.*outward = -1;
+  k.*inward = end;
+  if (end >= 0) blocks_[end].*outward = b; else other_end = b;
+  end = b;
   k.queued = true;
   ++n_free_;
 }

@@ -114,7 +114,6 @@ class KvCache {
   size_t bytes_total() const { return layout_.block_bytes() * layout_.n_blocks; }
   size_t bytes_used() const { return layout_.block_bytes() * n_blocks_used(); }
   int refcount(int block) const { return blocks_[block].refs; }
-  bool block_cached(int block) const { return blocks_[block].hashed; }
 
   // Checks every internal invariant (tests): refcounts equal the number of
   // table entries, the free queue holds exactly the unreferenced blocks, the
@@ -153,8 +152,9 @@ class KvCache {
 
   int allocate();                 // -1 when nothing can be allocated
   void release(int block);
-  void queue_push_front(int b);
-  void queue_push_back(int b);
+  void queue_push(int b, bool front);
+  void queue_push_front(int b) { queue_push(b, true); }
+  void queue_push_back(int b) { queue_push(b, false); }
   void queue_remove(int b);
   void evict_hash(int b);
   void spill_to_host(int b);

@@ -10,12 +10,9 @@
 namespace infer {
 
 const char* kv_type_name(KvType t) {
-  switch (t) {
-    case KvType::F32: return "f32";
-    case KvType::F16: return "f16";
-    case KvType::I8: return "int8";
-  }
-  return "?";
+  static const char* const kNames[] = {"f32", "f16", "int8"};  // by KvType value
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < 3 ? kNames[i] : "?";
 }
 
 // ---- host memory ----
