@@ -556,8 +556,16 @@ class SchemaConverter {
     for (char c : hint) name += (std::isalnum(static_cast<unsigned char>(c)) || c == '-') ? c : '-';
     if (name.empty()) name = "r";
     name = "s-" + name;
+    // The first free name of name, name2, name3, ...: rules are never
+    // removed, so the search resumes where the last one for this name ended
+    // (a schema with many same-named rules costs n log n, not n^2).
     std::string unique = name;
-    for (int i = 2; rules_.count(unique); ++i) unique = name + std::to_string(i);
+    if (rules_.count(unique)) {
+      int& i = next_suffix_[name];
+      if (i < 2) i = 2;
+      for (unique = name + std::to_string(i); rules_.count(unique); unique = name + std::to_string(++i)) {
+      }
+    }
     rules_[unique] = body;
     return unique;
   }
@@ -799,10 +807,11 @@ class SchemaConverter {
     return new_rule(hint, body);
   }
 
-  static constexpr long kMaxVisits = 100000;
+  static constexpr long kMaxVisits = 20000;  // real schemas visit a few hundred
   long visits_ = 0;
   const JVal& root_;
   std::map<std::string, std::string> rules_;
+  std::map<std::string, int> next_suffix_;  // new_rule: where the search for a free suffix resumes
   std::map<std::string, std::string> refs_;
   bool uses_formats_ = false;
 };
