@@ -12,75 +12,18 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "gguf_sample.h"
 #include "test_util.h"
 
 using namespace infer;
 
 namespace {
 
-GgufValue scalar_u(GgufType t, uint64_t v) {
-  GgufValue x;
-  x.type = t;
-  x.u = v;
-  return x;
-}
-GgufValue scalar_i(GgufType t, int64_t v) {
-  GgufValue x;
-  x.type = t;
-  x.i = v;
-  return x;
-}
-GgufValue scalar_f(GgufType t, double v) {
-  GgufValue x;
-  x.type = t;
-  x.f = v;
-  return x;
-}
-
-std::vector<uint8_t> pattern_bytes(size_t n, uint8_t seed) {
-  std::vector<uint8_t> b(n);
-  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(seed + i * 7);
-  return b;
-}
-
-// A small file using every value type, nested arrays and four tensors. The
-// last tensor is 128 bytes, so the file ends exactly where its data ends.
-GgufWriter sample_writer(uint32_t version = 3) {
-  GgufWriter w(version);
-  w.set("general.architecture", GgufValue::make_string("llama"));
-  w.set("test.u8", scalar_u(GgufType::U8, 200));
-  w.set("test.i8", scalar_i(GgufType::I8, -100));
-  w.set("test.u16", scalar_u(GgufType::U16, 60000));
-  w.set("test.i16", scalar_i(GgufType::I16, -30000));
-  w.set("test.u32", GgufValue::make_u32(4000000000u));
-  w.set("test.i32", GgufValue::make_i32(-2000000000));
-  w.set("test.u64", GgufValue::make_u64((1ull << 63) + 5));
-  w.set("test.i64", scalar_i(GgufType::I64, -(1ll << 62)));
-  w.set("test.f32", GgufValue::make_f32(1.5f));
-  w.set("test.f64", scalar_f(GgufType::F64, -2.25e300));
-  w.set("test.bool", GgufValue::make_bool(true));
-  w.set("test.string", GgufValue::make_string("h\xC3\xA9llo \xE2\x96\x81 world"));
-  w.set("test.empty_string", GgufValue::make_string(""));
-  w.set("test.strings", GgufValue::make_string_array({"a", "", "ccc"}));
-  w.set("test.floats", GgufValue::make_f32_array({1.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()}));
-  w.set("test.ints", GgufValue::make_i32_array({-1, 0, 2147483647}));
-  w.set("test.nested", GgufValue::make_array(GgufType::Array,
-      {GgufValue::make_array(GgufType::U16, {scalar_u(GgufType::U16, 1), scalar_u(GgufType::U16, 2)}),
-       GgufValue::make_array(GgufType::U16, {scalar_u(GgufType::U16, 3)}),
-       GgufValue::make_array(GgufType::U16, {})}));
-  w.set("test.nested_strings", GgufValue::make_array(GgufType::Array,
-      {GgufValue::make_string_array({"x", "yy"}), GgufValue::make_string_array({})}));
-  w.set("test.empty_array", GgufValue::make_array(GgufType::U32, {}));
-  const auto q4 = pattern_bytes(2 * 2 * 18, 1);
-  const auto f16 = pattern_bytes(15 * 2, 2);
-  const auto q6k = pattern_bytes(210, 3);
-  const auto f32 = pattern_bytes(32 * 4, 4);
-  w.add_tensor("tensor.q4", {64, 2}, DType::Q4_0, q4.data(), q4.size());
-  w.add_tensor("tensor.f16", {3, 5}, DType::F16, f16.data(), f16.size());
-  w.add_tensor("tensor.q6k", {256}, DType::Q6_K, q6k.data(), q6k.size());
-  w.add_tensor("tensor.f32", {8, 2, 1, 2}, DType::F32, f32.data(), f32.size());
-  return w;
-}
+using infer_test::pattern_bytes;
+using infer_test::sample_writer;
+using infer_test::scalar_f;
+using infer_test::scalar_i;
+using infer_test::scalar_u;
 
 std::unique_ptr<GgufFile> parse(const std::vector<uint8_t>& b) {
   return GgufFile::from_memory(b.data(), b.size());
@@ -845,31 +788,6 @@ TEST_CASE("gguf: vocabulary-only files", "[gguf]") {
     CHECK(!f->get_string_array("tokenizer.ggml.tokens").empty());
     CHECK(rewrite(*f) == infer_test::read_file(path));
   }
-}
-
-// Regenerates the libFuzzer seed corpus (tests/fuzz/corpus) from code:
-//   build-gguf/tests/infer_tests "[.fuzz-corpus]"
-TEST_CASE("gguf: write the fuzz seed corpus", "[.fuzz-corpus]") {
-  const std::string dir = std::string(INFER_SOURCE_DIR) + "/tests/fuzz/corpus/";
-  std::filesystem::create_directories(dir);
-  auto save = [&](const std::string& name, const std::vector<uint8_t>& b) {
-    std::ofstream(dir + name, std::ios::binary).write(reinterpret_cast<const char*>(b.data()),
-                                                      static_cast<std::streamsize>(b.size()));
-  };
-  save("sample-v3.gguf", sample_writer(3).to_bytes());
-  save("sample-v2.gguf", sample_writer(2).to_bytes());
-  GgufWriter vocab;
-  vocab.set("tokenizer.ggml.model", GgufValue::make_string("llama"));
-  vocab.set("tokenizer.ggml.tokens", GgufValue::make_string_array({"<unk>", "<s>", "</s>", "\xE2\x96\x81" "a"}));
-  vocab.set("tokenizer.ggml.scores", GgufValue::make_f32_array({0, 0, 0, -1}));
-  vocab.set("tokenizer.ggml.token_type", GgufValue::make_i32_array({2, 3, 3, 1}));
-  save("vocab-only.gguf", vocab.to_bytes());
-  GgufWriter aligned;
-  aligned.set("general.alignment", GgufValue::make_u32(64));
-  const auto q = pattern_bytes(144 + 176, 5);
-  aligned.add_tensor("q4k", {256}, DType::Q4_K, q.data(), 144);
-  aligned.add_tensor("q5k", {256}, DType::Q5_K, q.data(), 176);
-  save("align64-kquants.gguf", aligned.to_bytes());
 }
 
 TEST_CASE("gguf: values as text", "[gguf]") {

@@ -37,6 +37,28 @@ infer::DType parse_type(const char* name, int32_t group) {
   return t;
 }
 
+// The params' progress and note callbacks on a tool's options (p outlives
+// them: the call's own copy of the params).
+template <typename Options, typename Params>
+void set_callbacks(Options& o, const Params& p) {
+  if (p.progress) o.progress = [&p](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
+  if (p.note) o.note = [&p](const std::string& m) { p.note(m.c_str(), p.user_data); };
+}
+
+// The stats into the caller's result, when given.
+void report(const infer::QuantizeStats& st, infer_quantize_result* result) {
+  if (!result) return;
+  infer_quantize_result r;
+  std::memset(&r, 0, sizeof r);
+  r.struct_size = sizeof r;
+  r.n_tensors = st.n_tensors;
+  r.n_quantized = st.n_quantized;
+  r.n_fallback = st.n_fallback;
+  r.bytes_in = st.bytes_in;
+  r.bytes_out = st.bytes_out;
+  write_out(result, r);
+}
+
 }  // namespace
 
 extern "C" {
@@ -77,20 +99,8 @@ infer_status infer_quantize(const char* in_path, const char* out_path, const inf
     o.max_calib_tokens = p.max_calib_tokens;
     o.gptq_damp = p.gptq_damp;
     o.act_order = p.act_order != 0;
-    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
-    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.user_data); };
-    const infer::QuantizeStats st = infer::quantize_model(in_path, out_path, o);
-    if (result) {
-      infer_quantize_result r;
-      std::memset(&r, 0, sizeof r);
-      r.struct_size = sizeof r;
-      r.n_tensors = st.n_tensors;
-      r.n_quantized = st.n_quantized;
-      r.n_fallback = st.n_fallback;
-      r.bytes_in = st.bytes_in;
-      r.bytes_out = st.bytes_out;
-      write_out(result, r);
-    }
+    set_callbacks(o, p);
+    report(infer::quantize_model(in_path, out_path, o), result);
     return INFER_OK;
   });
 }
@@ -112,20 +122,8 @@ infer_status infer_convert_hf(const char* dir, const char* out_path, const infer
     if (p.n_threads < 0 || p.n_threads > infer::ThreadPool::kMaxThreads)
       infer::raise(infer::Status::InvalidArgument, "infer_convert_hf: n_threads %d is out of range", p.n_threads);
     o.n_threads = p.n_threads;
-    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
-    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.user_data); };
-    const infer::QuantizeStats st = infer::convert_hf(dir, out_path, o);
-    if (result) {
-      infer_quantize_result r;
-      std::memset(&r, 0, sizeof r);
-      r.struct_size = sizeof r;
-      r.n_tensors = st.n_tensors;
-      r.n_quantized = st.n_quantized;
-      r.n_fallback = st.n_fallback;
-      r.bytes_in = st.bytes_in;
-      r.bytes_out = st.bytes_out;
-      write_out(result, r);
-    }
+    set_callbacks(o, p);
+    report(infer::convert_hf(dir, out_path, o), result);
     return INFER_OK;
   });
 }
@@ -159,8 +157,7 @@ infer_status infer_synth(const char* out_path, const infer_synth_params* params,
       infer::raise(infer::Status::InvalidArgument, "infer_synth: n_threads %d is out of range [0, %d]", p.n_threads,
                    infer::ThreadPool::kMaxThreads);
     o.n_threads = p.n_threads;
-    if (p.progress) o.progress = [&](double f, const std::string& w) { p.progress(f, w.c_str(), p.user_data); };
-    if (p.note) o.note = [&](const std::string& m) { p.note(m.c_str(), p.user_data); };
+    set_callbacks(o, p);
     const uint64_t n = p.grow_from ? infer::write_grown_model(p.grow_from, *preset, p.noise, out_path, o)
                                    : infer::write_synth_model(*preset, out_path, o);
     if (file_bytes) *file_bytes = n;

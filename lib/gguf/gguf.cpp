@@ -355,6 +355,12 @@ GgufValue read_value(Cursor& c, GgufType type, const std::string& where, int dep
 
 // ---- GgufValue ------------------------------------------------------------------------
 
+std::string gguf_dims_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 std::string gguf_value_text(const GgufValue& v) {
   switch (v.type) {
     case GgufType::String: return v.s;

@@ -110,6 +110,9 @@ size_t gguf_type_size(GgufType t);
 // decimal, floats with 9 significant digits, arrays "[a, b, ...]".
 std::string gguf_value_text(const GgufValue& v);
 
+// Tensor dims as text: "[a, b, ...]" (error messages).
+std::string gguf_dims_text(const std::vector<int64_t>& dims);
+
 struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> dims;  // dims[0] is the fastest-varying (row length)

@@ -17,26 +17,13 @@
 
 namespace infer {
 
-namespace {
-
-class GemmaModel final : public Transformer {
- public:
-  GemmaModel(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok)
-      : Transformer(std::move(gguf), std::move(tok), false) {
-    read_shape();
-    config_.ffn_act = "gelu";
-    config_.embed_scale = std::sqrt(static_cast<float>(config_.n_embd));
-    setup_rope(/*neox=*/true);
-    finish_config();
-    bind_embeddings();
-    bind_layers(/*biases=*/false, /*qk_norm=*/false);
-  }
-};
-
-}  // namespace
-
 std::unique_ptr<Model> create_gemma_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
-  return std::make_unique<GemmaModel>(std::move(gguf), std::move(tok));
+  const auto configure = [](DenseTransformer& t) {
+    ModelConfig& c = t.cfg();
+    c.ffn_act = "gelu";
+    c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
+  };
+  return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), false, false, configure);
 }
 
 }  // namespace infer

@@ -24,20 +24,16 @@
 
 namespace infer {
 
-namespace {
-
-class Gemma2Model final : public Transformer {
- public:
-  Gemma2Model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok)
-      : Transformer(std::move(gguf), std::move(tok), false) {
-    read_shape();
-    ModelConfig& c = config_;
+std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
+  const auto configure = [](DenseTransformer& t) {
+    ModelConfig& c = t.cfg();
     c.ffn_act = "gelu";
     c.post_norms = true;
     c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
-    c.attn_softcap = get_float("attn_logit_softcapping", 50.0);
-    c.final_softcap = get_float("final_logit_softcapping", 30.0);
-    const double qpas = gguf_->get_float(key("attention.query_pre_attn_scalar"))
+    c.attn_softcap = t.get_float("attn_logit_softcapping", 50.0);
+    c.final_softcap = t.get_float("final_logit_softcapping", 30.0);
+    const double qpas = t.file()
+                            .get_float(t.key("attention.query_pre_attn_scalar"))
                             .value_or(c.n_layer == 46 ? static_cast<double>(c.n_embd) / c.n_head : c.head_dim);
     if (!(qpas > 0) || !std::isfinite(qpas)) raise(Status::Format, "query_pre_attn_scalar %g is not positive", qpas);
     c.attn_scale = static_cast<float>(1.0 / std::sqrt(qpas));
@@ -45,17 +41,8 @@ class Gemma2Model final : public Transformer {
     c.sliding_window = 0;  // not every layer: the engine keeps all blocks
     c.layer_window.resize(c.n_layer);
     for (int l = 0; l < c.n_layer; ++l) c.layer_window[l] = l % 2 == 0 ? window : 0;
-    setup_rope(/*neox=*/true);
-    finish_config();
-    bind_embeddings();
-    bind_layers(/*biases=*/false, /*qk_norm=*/false);
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
-  return std::make_unique<Gemma2Model>(std::move(gguf), std::move(tok));
+  };
+  return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), false, false, configure);
 }
 
 }  // namespace infer

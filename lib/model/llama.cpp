@@ -38,20 +38,14 @@ class LlamaModel final : public Transformer {
  private:
   void bind() {
     bind_embeddings();
-    layers_.resize(config_.n_layer);
-    for (int l = 0; l < config_.n_layer; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      LayerWeights& L = layers_[l];
-      L.attn_norm = vector_f32(p + "attn_norm.weight", config_.n_embd);
-      L.ffn_norm = vector_f32(p + "ffn_norm.weight", config_.n_embd);
+    bind_each_layer([this](const std::string& p, LayerWeights& L) {
       bind_attention(p, L.attn, /*biases=*/false, /*qk_norm=*/false);
-      L.attn.window = config_.layer_window[l];
       if (config_.n_expert > 0)
         moe_.push_back(bind_moe_ffn(*gguf_, p, config_.n_embd, config_.n_ff, config_.n_expert,
                                     config_.n_expert_used, [this] { return &caches_.emplace_back(); }));
       else
         bind_ffn(p, L.ffn);
-    }
+    });
   }
 
   // Mixtral: llama.expert_count experts per layer, expert_used_count per token.

@@ -12,20 +12,14 @@ namespace infer {
 
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
 // The tensor `name` with dims exactly `want`, of a type the matmul runs.
 const GgufTensorInfo& find_checked(const GgufFile& g, const std::string& name, const std::vector<int64_t>& want,
                                    int32_t n_expert) {
   const GgufTensorInfo* t = g.find_tensor(name);
   if (!t) raise(Status::Format, "tensor '%s' is missing (the model declares %d experts)", name.c_str(), n_expert);
   if (t->dims != want)
-    raise(Status::Format, "tensor '%s' has shape %s, expected %s", name.c_str(), shape_str(t->dims).c_str(),
-          shape_str(want).c_str());
+    raise(Status::Format, "tensor '%s' has shape %s, expected %s", name.c_str(), gguf_dims_text(t->dims).c_str(),
+          gguf_dims_text(want).c_str());
   if ((!dtype_can_dequantize(t->type) && t->type != DType::W8A8) || !dtype_row_ok(t->type, want[0]))
     raise(Status::Unsupported, "tensor '%s' has type %s, which this build cannot compute with", name.c_str(),
           dtype_name(t->type));

@@ -30,12 +30,7 @@ class Phi3Model final : public Transformer {
     const ModelConfig& c = config_;
     const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
     const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
-    layers_.resize(c.n_layer);
-    for (int l = 0; l < c.n_layer; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      LayerWeights& L = layers_[l];
-      L.attn_norm = vector_f32(p + "attn_norm.weight", c.n_embd);
-      L.ffn_norm = vector_f32(p + "ffn_norm.weight", c.n_embd);
+    bind_each_layer([&](const std::string& p, LayerWeights& L) {
       if (gguf_->find_tensor(p + "attn_qkv.weight")) {
         const WeightView qkv = weight(p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim);
         L.attn.wq = rows(qkv, 0, q_dim);
@@ -45,7 +40,6 @@ class Phi3Model final : public Transformer {
       } else {
         bind_attention(p, L.attn, /*biases=*/false, /*qk_norm=*/false);
       }
-      L.attn.window = c.layer_window[l];
       if (gguf_->find_tensor(p + "ffn_gate.weight")) {
         bind_ffn(p, L.ffn);
       } else {
@@ -54,7 +48,7 @@ class Phi3Model final : public Transformer {
         L.ffn.up = rows(up, c.n_ff, c.n_ff);
         L.ffn.down = weight(p + "ffn_down.weight", c.n_ff, c.n_embd);
       }
-    }
+    });
   }
 };
 

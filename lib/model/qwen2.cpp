@@ -11,25 +11,9 @@
 
 namespace infer {
 
-namespace {
-
-class Qwen2Model final : public Transformer {
- public:
-  Qwen2Model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok)
-      : Transformer(std::move(gguf), std::move(tok), false) {
-    read_shape();
-    config_.attn_bias = true;
-    setup_rope(/*neox=*/true);
-    finish_config();
-    bind_embeddings();
-    bind_layers(/*biases=*/true, /*qk_norm=*/false);
-  }
-};
-
-}  // namespace
-
 std::unique_ptr<Model> create_qwen2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
-  return std::make_unique<Qwen2Model>(std::move(gguf), std::move(tok));
+  return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), /*biases=*/true, /*qk_norm=*/false,
+                                            [](DenseTransformer& t) { t.cfg().attn_bias = true; });
 }
 
 }  // namespace infer

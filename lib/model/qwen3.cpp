@@ -13,25 +13,9 @@
 
 namespace infer {
 
-namespace {
-
-class Qwen3Model final : public Transformer {
- public:
-  Qwen3Model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok)
-      : Transformer(std::move(gguf), std::move(tok), false) {
-    read_shape();
-    config_.qk_norm = true;
-    setup_rope(/*neox=*/true);
-    finish_config();
-    bind_embeddings();
-    bind_layers(/*biases=*/false, /*qk_norm=*/true);
-  }
-};
-
-}  // namespace
-
 std::unique_ptr<Model> create_qwen3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
-  return std::make_unique<Qwen3Model>(std::move(gguf), std::move(tok));
+  return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), /*biases=*/false, /*qk_norm=*/true,
+                                            [](DenseTransformer& t) { t.cfg().qk_norm = true; });
 }
 
 }  // namespace infer

@@ -9,16 +9,6 @@
 
 namespace infer {
 
-namespace {
-
-std::string shape_text(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
-}  // namespace
-
 Transformer::Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only) {
   gguf_ = std::move(gguf);
   tokenizer_ = std::move(tok);
@@ -170,7 +160,7 @@ WeightView Transformer::weight(const std::string& name, int64_t n_in, int64_t n_
     return WeightView{};
   }
   if (t->dims.size() != 2 || t->dims[0] != n_in || t->dims[1] != n_out)
-    raise(Status::Format, "tensor '%s' has shape %s, expected [%lld, %lld]", name.c_str(), shape_text(t->dims).c_str(),
+    raise(Status::Format, "tensor '%s' has shape %s, expected [%lld, %lld]", name.c_str(), gguf_dims_text(t->dims).c_str(),
           (long long)n_in, (long long)n_out);
   if (!dtype_can_dequantize(t->type) && t->type != DType::W8A8)
     raise(Status::Unsupported, "tensor '%s' has type %s, which this build cannot compute with", name.c_str(),
@@ -195,7 +185,7 @@ WeightView Transformer::weight(const std::string& name, int64_t n_in, int64_t n_
     // checked to be a permutation, so the gather never reads out of range.
     if (pt->type != DType::I32 || pt->dims.size() != 1 || pt->dims[0] != n_in)
       raise(Status::Format, "tensor '%s.perm' is %s %s; an input permutation is i32 [%lld]", name.c_str(),
-            dtype_name(pt->type), shape_text(pt->dims).c_str(), (long long)n_in);
+            dtype_name(pt->type), gguf_dims_text(pt->dims).c_str(), (long long)n_in);
     std::vector<int32_t> perm(static_cast<size_t>(n_in));
     std::memcpy(perm.data(), gguf_->tensor_data(*pt), perm.size() * 4);
     std::vector<uint8_t> seen(static_cast<size_t>(n_in), 0);
@@ -285,7 +275,7 @@ void Transformer::bind_ffn(const std::string& p, FfnWeights& f) {
   f.down = weight(p + "ffn_down.weight", c.n_ff, c.n_embd);
 }
 
-void Transformer::bind_layers(bool biases, bool qk_norm) {
+void Transformer::bind_each_layer(const std::function<void(const std::string& prefix, LayerWeights& L)>& bind) {
   const ModelConfig& c = config_;
   layers_.resize(c.n_layer);
   for (int l = 0; l < c.n_layer; ++l) {
@@ -297,10 +287,27 @@ void Transformer::bind_layers(bool biases, bool qk_norm) {
       L.post_attn_norm = vector_f32(p + "post_attention_norm.weight", c.n_embd);
       L.post_ffn_norm = vector_f32(p + "post_ffw_norm.weight", c.n_embd);
     }
-    bind_attention(p, L.attn, biases, qk_norm);
+    bind(p, L);
     L.attn.window = c.layer_window[l];
-    bind_ffn(p, L.ffn);
   }
+}
+
+void Transformer::bind_layers(bool biases, bool qk_norm) {
+  bind_each_layer([&](const std::string& p, LayerWeights& L) {
+    bind_attention(p, L.attn, biases, qk_norm);
+    bind_ffn(p, L.ffn);
+  });
+}
+
+DenseTransformer::DenseTransformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool biases,
+                                   bool qk_norm, Configure configure)
+    : Transformer(std::move(gguf), std::move(tok), false) {
+  read_shape();
+  configure(*this);
+  setup_rope(/*neox=*/true);
+  finish_config();
+  bind_embeddings();
+  bind_layers(biases, qk_norm);
 }
 
 void Transformer::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,

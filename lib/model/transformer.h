@@ -1,6 +1,7 @@
 // The building blocks every decoder-only architecture here is made of, and
 // the weight binding they share. Each architecture (llama.cpp, qwen2.cpp,
-// qwen3.cpp, phi3.cpp, gemma.cpp, gemma2.cpp) is a subclass that reads its
+// qwen3.cpp, phi3.cpp, gemma.cpp, gemma2.cpp) is a subclass (or a
+// DenseTransformer with its own configure function) that reads its
 // particulars from the GGUF metadata, binds its tensors into the structs
 // below and writes its forward pass as a short loop over these blocks:
 //
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -113,6 +115,10 @@ class Transformer : public Model {
   void bind_attention(const std::string& prefix, AttnWeights& a, bool biases, bool qk_norm);
   // ffn_gate, ffn_up, ffn_down of "blk.N.".
   void bind_ffn(const std::string& prefix, FfnWeights& f);
+  // Every layer "blk.N.": its norms (the post norms too when
+  // config.post_norms), then bind(prefix, layer) for its attention and FFN,
+  // then its window.
+  void bind_each_layer(const std::function<void(const std::string& prefix, LayerWeights& L)>& bind);
   // Every layer with separate Q/K/V and gate/up tensors: its norms (the post
   // norms too when config.post_norms), attention, window and FFN.
   void bind_layers(bool biases, bool qk_norm);
@@ -153,6 +159,22 @@ class Transformer : public Model {
   std::vector<float> output_norm_;
   std::vector<float> inv_freq_;  // rope: n_rot / 2 inverse frequencies
   float attn_scale_ = 1.0f;      // resolved query scale
+};
+
+// The architectures made of the common layer alone (qwen2, qwen3, gemma,
+// gemma2): read_shape, then `configure` sets the architecture's
+// particulars, then rotate-half RoPE, the checks, the embeddings and
+// bind_layers(biases, qk_norm).
+class DenseTransformer final : public Transformer {
+ public:
+  using Configure = void (*)(DenseTransformer&);
+  DenseTransformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool biases, bool qk_norm,
+                   Configure configure);
+  // For `configure`: the config being built and the metadata readers.
+  ModelConfig& cfg() { return config_; }
+  const GgufFile& file() const { return *gguf_; }
+  using Transformer::get_float;
+  using Transformer::key;
 };
 
 }  // namespace infer

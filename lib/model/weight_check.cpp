@@ -11,48 +11,36 @@ namespace infer {
 
 namespace {
 
-// Index of the first non-finite value, or -1. Branch-free inner loops over
-// fixed-size chunks so the compiler vectorizes them.
-int64_t first_bad_f32(const uint8_t* p, int64_t n) {
+// Index of the first value whose exponent bits (`exp_mask` of the `Word` at
+// every `stride` bytes from `offset`) are all set: inf or NaN; or -1.
+// Branch-free inner loops over fixed-size chunks so the compiler vectorizes
+// them. f32: Word uint32_t, mask 0x7f800000; 16-bit floats: mask 0x7c00
+// (f16) or 0x7f80 (bf16) (whole tensors: stride 2, offset 0).
+template <typename Word>
+int64_t first_bad(const uint8_t* p, int64_t n, size_t stride, size_t offset, Word exp_mask) {
   constexpr int64_t kChunk = 1024;
   for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
     const int64_t m = std::min(kChunk, n - i0);
     uint32_t any = 0;
     for (int64_t i = 0; i < m; ++i) {
-      uint32_t u;
-      std::memcpy(&u, p + 4 * (i0 + i), 4);
-      any |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+      Word u;
+      std::memcpy(&u, p + (i0 + i) * stride + offset, sizeof(Word));
+      any |= static_cast<uint32_t>((u & exp_mask) == exp_mask);
     }
     if (any)
       for (int64_t i = 0; i < m; ++i) {
-        uint32_t u;
-        std::memcpy(&u, p + 4 * (i0 + i), 4);
-        if ((u & 0x7f800000u) == 0x7f800000u) return i0 + i;
+        Word u;
+        std::memcpy(&u, p + (i0 + i) * stride + offset, sizeof(Word));
+        if ((u & exp_mask) == exp_mask) return i0 + i;
       }
   }
   return -1;
 }
 
-// 16-bit floats: exponent mask 0x7c00 (f16) or 0x7f80 (bf16), every
-// `stride` bytes starting at `offset` (whole tensors: stride 2, offset 0).
+int64_t first_bad_f32(const uint8_t* p, int64_t n) { return first_bad<uint32_t>(p, n, 4, 0, 0x7f800000u); }
+
 int64_t first_bad_16(const uint8_t* p, int64_t n, size_t stride, size_t offset, uint16_t exp_mask) {
-  constexpr int64_t kChunk = 1024;
-  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-    const int64_t m = std::min(kChunk, n - i0);
-    uint32_t any = 0;
-    for (int64_t i = 0; i < m; ++i) {
-      uint16_t h;
-      std::memcpy(&h, p + (i0 + i) * stride + offset, 2);
-      any |= static_cast<uint32_t>((h & exp_mask) == exp_mask);
-    }
-    if (any)
-      for (int64_t i = 0; i < m; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + (i0 + i) * stride + offset, 2);
-        if ((h & exp_mask) == exp_mask) return i0 + i;
-      }
-  }
-  return -1;
+  return first_bad<uint16_t>(p, n, stride, offset, exp_mask);
 }
 
 struct ScaleField {

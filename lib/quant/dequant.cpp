@@ -50,17 +50,26 @@ void block_q4_1(const uint8_t* b, float* y) {
   }
 }
 
+// A little-endian u32 (Q5_0/Q5_1 qh).
+uint32_t u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Q5_0/Q5_1: the 5-bit level of value j (0..31): its nibble and bit j of qh.
+int q5_level(int nibble, uint32_t qh, int j) { return nibble | static_cast<int>(((qh >> j) & 1u) << 4); }
+
 // Q5_0 (22 bytes): f16 d | u32 qh (little-endian) | u8 qs[16]. Value j's 5th
 // bit is bit j of qh (j = 0..31), its low 4 bits the nibbles as in Q4_0;
 // x = (q - 16) * d.
 void block_q5_0(const uint8_t* b, float* y) {
   const float d = f16_at(b);
-  uint32_t qh;
-  std::memcpy(&qh, b + 2, 4);
+  const uint32_t qh = u32_at(b + 2);
   const uint8_t* qs = b + 6;
   for (int j = 0; j < 16; ++j) {
-    const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
-    const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    const int lo = q5_level(qs[j] & 0x0F, qh, j);
+    const int hi = q5_level(qs[j] >> 4, qh, j + 16);
     y[j] = static_cast<float>(lo - 16) * d;
     y[j + 16] = static_cast<float>(hi - 16) * d;
   }
@@ -70,12 +79,11 @@ void block_q5_0(const uint8_t* b, float* y) {
 void block_q5_1(const uint8_t* b, float* y) {
   const float d = f16_at(b);
   const float m = f16_at(b + 2);
-  uint32_t qh;
-  std::memcpy(&qh, b + 4, 4);
+  const uint32_t qh = u32_at(b + 4);
   const uint8_t* qs = b + 8;
   for (int j = 0; j < 16; ++j) {
-    const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
-    const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    const int lo = q5_level(qs[j] & 0x0F, qh, j);
+    const int hi = q5_level(qs[j] >> 4, qh, j + 16);
     y[j] = static_cast<float>(lo) * d + m;
     y[j + 16] = static_cast<float>(hi) * d + m;
   }
@@ -164,6 +172,19 @@ void scale_min_k4(int j, const uint8_t* q, int* scale, int* min) {
   }
 }
 
+// Sub-blocks 2 * chunk and 2 * chunk + 1 of a Q4_K/Q5_K block: their
+// scales d * sc and mins dmin * m.
+void chunk_scales_k4(int chunk, const uint8_t* scales, float d, float dmin, float* d1, float* m1, float* d2,
+                     float* m2) {
+  int sc, mn;
+  scale_min_k4(2 * chunk, scales, &sc, &mn);
+  *d1 = d * static_cast<float>(sc);
+  *m1 = dmin * static_cast<float>(mn);
+  scale_min_k4(2 * chunk + 1, scales, &sc, &mn);
+  *d2 = d * static_cast<float>(sc);
+  *m2 = dmin * static_cast<float>(mn);
+}
+
 // Q4_K (144 bytes): f16 d | f16 dmin | u8 scales[12] | u8 qs[128].
 // 8 sub-blocks of 32; each 64-value chunk uses 32 bytes of qs: low nibbles for
 // its first 32 values, high nibbles for the next 32. x = (d * sc) * q - (dmin * m).
@@ -173,11 +194,8 @@ void block_q4_k(const uint8_t* b, float* y) {
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
   for (int chunk = 0; chunk < 4; ++chunk, q += 32) {
-    int sc, mn;
-    scale_min_k4(2 * chunk, scales, &sc, &mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    scale_min_k4(2 * chunk + 1, scales, &sc, &mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
+    float d1, m1, d2, m2;
+    chunk_scales_k4(chunk, scales, d, dmin, &d1, &m1, &d2, &m2);
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0F) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
   }
@@ -192,11 +210,8 @@ void block_q5_k(const uint8_t* b, float* y) {
   const uint8_t* qh = b + 16;
   const uint8_t* q = b + 48;
   for (int chunk = 0; chunk < 4; ++chunk, q += 32) {
-    int sc, mn;
-    scale_min_k4(2 * chunk, scales, &sc, &mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    scale_min_k4(2 * chunk + 1, scales, &sc, &mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
+    float d1, m1, d2, m2;
+    chunk_scales_k4(chunk, scales, d, dmin, &d1, &m1, &d2, &m2);
     const int bit1 = 2 * chunk, bit2 = 2 * chunk + 1;
     for (int l = 0; l < 32; ++l) {
       *y++ = d1 * static_cast<float>((q[l] & 0x0F) + (((qh[l] >> bit1) & 1) << 4)) - m1;

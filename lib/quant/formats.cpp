@@ -163,13 +163,20 @@ void quantize_k_superblock(const float* x, int L, float* d_out, float* dmin_out,
   *dmin_out = dmin;
 }
 
-void quantize_q4_k(const float* x, uint8_t* b) {
+// A Q4_K/Q5_K super-block quantized to levels 0..L: writes its f16 d, f16
+// dmin and packed scales (the first 16 bytes of b); q gets the 256 levels.
+void quantize_k_head(const float* x, int L, uint8_t* b, int* q) {
   float d, dmin;
-  int sc[8], mn[8], q[256];
-  quantize_k_superblock(x, 15, &d, &dmin, sc, mn, q);
+  int sc[8], mn[8];
+  quantize_k_superblock(x, L, &d, &dmin, sc, mn, q);
   put_f16(b, d);
   put_f16(b + 2, dmin);
   pack_scale_min_k4(sc, mn, b + 4);
+}
+
+void quantize_q4_k(const float* x, uint8_t* b) {
+  int q[256];
+  quantize_k_head(x, 15, b, q);
   uint8_t* qs = b + 16;
   for (int chunk = 0; chunk < 4; ++chunk)
     for (int l = 0; l < 32; ++l)
@@ -177,12 +184,8 @@ void quantize_q4_k(const float* x, uint8_t* b) {
 }
 
 void quantize_q5_k(const float* x, uint8_t* b) {
-  float d, dmin;
-  int sc[8], mn[8], q[256];
-  quantize_k_superblock(x, 31, &d, &dmin, sc, mn, q);
-  put_f16(b, d);
-  put_f16(b + 2, dmin);
-  pack_scale_min_k4(sc, mn, b + 4);
+  int q[256];
+  quantize_k_head(x, 31, b, q);
   uint8_t* qh = b + 16;
   uint8_t* qs = b + 48;
   std::memset(qh, 0, 32);
