@@ -63,6 +63,20 @@ class JsonParser {
   void skip_ws() {
     while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\t' || t_[p_] == '\n' || t_[p_] == '\r')) ++p_;
   }
+  // Skips whitespace, then consumes c if it is next.
+  bool eat(char c) {
+    skip_ws();
+    if (p_ >= t_.size() || t_[p_] != c) return false;
+    ++p_;
+    return true;
+  }
+  // After an item of a list closed by `close`: true after a ',', false after
+  // the closing bracket, an error (msg) otherwise.
+  bool more(char close, const char* msg) {
+    if (eat(',')) return true;
+    if (eat(close)) return false;
+    fail(msg);
+  }
   bool literal(const char* w) {
     const size_t n = std::strlen(w);
     if (t_.compare(p_, n, w) != 0) return false;
@@ -82,34 +96,23 @@ class JsonParser {
     if (c == '{') {
       v.kind_ = Json::Kind::Object;
       ++p_;
-      skip_ws();
-      if (p_ < t_.size() && t_[p_] == '}') { ++p_; return v; }
-      for (;;) {
+      if (eat('}')) return v;
+      do {
         skip_ws();
         if (p_ >= t_.size() || t_[p_] != '"') fail("expected a string key");
         std::string key = string();
-        skip_ws();
-        if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':'");
-        ++p_;
+        if (!eat(':')) fail("expected ':'");
         v.obj_.emplace_back(std::move(key), value(depth + 1));
-        skip_ws();
-        if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
-        if (p_ < t_.size() && t_[p_] == '}') { ++p_; return v; }
-        fail("expected ',' or '}'");
-      }
+      } while (more('}', "expected ',' or '}'"));
+      return v;
     }
     if (c == '[') {
       v.kind_ = Json::Kind::Array;
       ++p_;
-      skip_ws();
-      if (p_ < t_.size() && t_[p_] == ']') { ++p_; return v; }
-      for (;;) {
-        v.arr_.push_back(value(depth + 1));
-        skip_ws();
-        if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
-        if (p_ < t_.size() && t_[p_] == ']') { ++p_; return v; }
-        fail("expected ',' or ']'");
-      }
+      if (eat(']')) return v;
+      do v.arr_.push_back(value(depth + 1));
+      while (more(']', "expected ',' or ']'"));
+      return v;
     }
     if (c == '"') {
       v.kind_ = Json::Kind::String;

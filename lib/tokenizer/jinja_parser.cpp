@@ -293,12 +293,7 @@ class Parser {
     expect_op("(");
     while (!is_op(")")) {
       n->names.push_back(expect_name());
-      if (is_op("=")) {
-        ++p_;
-        n->kwargs.push_back(parse_expression());
-      } else {
-        n->kwargs.push_back(nullptr);
-      }
+      n->kwargs.push_back(expression_after(is_op("=")));  // a default value
       if (!is_op(",")) break;
       ++p_;
     }
@@ -311,6 +306,14 @@ class Parser {
 
   // ---- expressions ----
 
+  // When `present` (the current token introduces one): skips that token and
+  // parses the expression after it; otherwise nullptr.
+  NodeP expression_after(bool present) {
+    if (!present) return nullptr;
+    ++p_;
+    return parse_expression();
+  }
+
   NodeP parse_expression() {
     Guard g(*this);
     NodeP e = parse_or();
@@ -320,12 +323,7 @@ class Parser {
       NodeP n = make(NT::Cond, line);
       n->kids.push_back(std::move(e));
       n->kids.push_back(parse_or());
-      if (is_name("else")) {
-        ++p_;
-        n->kids.push_back(parse_expression());
-      } else {
-        n->kids.push_back(nullptr);
-      }
+      n->kids.push_back(expression_after(is_name("else")));
       e = done(std::move(n));
     }
     return e;
@@ -565,15 +563,20 @@ class Parser {
         }
         n = done(std::move(s));
       } else if (is_op("(")) {
-        check_method(*n, line);
-        NodeP c = make(NT::Call, line);
-        c->kids.push_back(std::move(n));
-        parse_call_args(*c);
-        n = done(std::move(c));
+        n = parse_call(std::move(n), line);
       } else {
         return n;
       }
     }
+  }
+
+  // callee(...), at the '('.
+  NodeP parse_call(NodeP callee, int line) {
+    check_method(*callee, line);
+    NodeP c = make(NT::Call, line);
+    c->kids.push_back(std::move(callee));
+    parse_call_args(*c);
+    return done(std::move(c));
   }
 
   // x.name(...): a method of the subset.
@@ -614,11 +617,7 @@ class Parser {
         }
         n = done(std::move(t));
       } else if (is_op("(")) {
-        check_method(*n, line);
-        NodeP c = make(NT::Call, line);
-        c->kids.push_back(std::move(n));
-        parse_call_args(*c);
-        n = done(std::move(c));
+        n = parse_call(std::move(n), line);
       } else {
         return n;
       }
