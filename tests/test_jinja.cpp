@@ -350,7 +350,7 @@ TEST_CASE("jinja: JSON in and out", "[jinja]") {
     }
   }
   CHECK_THROWS_AS(Value::from_json(std::string(300, '[') + std::string(300, ']')), Error);  // depth bound
-  // The core JSON reader's one depth limit (64 levels): at it, accepted; one past it, refused.
+  // The core JSON reader's one depth limit (Json::kMaxDepth, 64 levels): at it, accepted; one past it, refused.
   CHECK(Value::from_json(std::string(64, '[') + std::string(64, ']')).is_array());
   CHECK_THROWS_AS(Value::from_json(std::string(65, '[') + std::string(65, ']')), Error);
 }

@@ -10,6 +10,22 @@
 
 namespace infer {
 
+namespace {
+
+// JSON's two-character escapes: the character and the letter after '\\'.
+constexpr char kEscapes[][2] = {{'"', '"'}, {'\\', '\\'}, {'\b', 'b'}, {'\f', 'f'},
+                                {'\n', 'n'}, {'\r', 'r'}, {'\t', 't'}};
+
+// The character that escape letter e stands for ('/' included), 0 if none.
+char unescape_letter(char e) {
+  if (e == '/') return '/';
+  for (const auto& [c, letter] : kEscapes)
+    if (letter == e) return c;
+  return 0;
+}
+
+}  // namespace
+
 const char* json_kind_name(Json::Kind k) {
   switch (k) {
     case Json::Kind::Null: return "null";
@@ -47,6 +63,20 @@ class JsonParser {
   void skip_ws() {
     while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\t' || t_[p_] == '\n' || t_[p_] == '\r')) ++p_;
   }
+  // Skips whitespace, then consumes c if it is next.
+  bool eat(char c) {
+    skip_ws();
+    if (p_ >= t_.size() || t_[p_] != c) return false;
+    ++p_;
+    return true;
+  }
+  // After an item of a list closed by `close`: true after a ',', false after
+  // the closing bracket, an error (msg) otherwise.
+  bool more(char close, const char* msg) {
+    if (eat(',')) return true;
+    if (eat(close)) return false;
+    fail(msg);
+  }
   bool literal(const char* w) {
     const size_t n = std::strlen(w);
     if (t_.compare(p_, n, w) != 0) return false;
@@ -66,34 +96,23 @@ class JsonParser {
     if (c == '{') {
       v.kind_ = Json::Kind::Object;
       ++p_;
-      skip_ws();
-      if (p_ < t_.size() && t_[p_] == '}') { ++p_; return v; }
-      for (;;) {
+      if (eat('}')) return v;
+      do {
         skip_ws();
         if (p_ >= t_.size() || t_[p_] != '"') fail("expected a string key");
         std::string key = string();
-        skip_ws();
-        if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':'");
-        ++p_;
+        if (!eat(':')) fail("expected ':'");
         v.obj_.emplace_back(std::move(key), value(depth + 1));
-        skip_ws();
-        if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
-        if (p_ < t_.size() && t_[p_] == '}') { ++p_; return v; }
-        fail("expected ',' or '}'");
-      }
+      } while (more('}', "expected ',' or '}'"));
+      return v;
     }
     if (c == '[') {
       v.kind_ = Json::Kind::Array;
       ++p_;
-      skip_ws();
-      if (p_ < t_.size() && t_[p_] == ']') { ++p_; return v; }
-      for (;;) {
-        v.arr_.push_back(value(depth + 1));
-        skip_ws();
-        if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
-        if (p_ < t_.size() && t_[p_] == ']') { ++p_; return v; }
-        fail("expected ',' or ']'");
-      }
+      if (eat(']')) return v;
+      do v.arr_.push_back(value(depth + 1));
+      while (more(']', "expected ',' or ']'"));
+      return v;
     }
     if (c == '"') {
       v.kind_ = Json::Kind::String;
@@ -157,24 +176,8 @@ class JsonParser {
 
   // Length of the well-formed UTF-8 sequence at p_, 0 when ill-formed.
   size_t utf8_len() const {
-    const auto* s = reinterpret_cast<const unsigned char*>(t_.data()) + p_;
-    const size_t left = t_.size() - p_;
-    const unsigned char c = s[0];
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; }
-    else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; }
-    else return 0;
-    if (left < n) return 0;
-    for (size_t k = 1; k < n; ++k) {
-      if ((s[k] & 0xC0) != 0x80) return 0;
-      cp = (cp << 6) | (s[k] & 0x3F);
-    }
-    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-      return 0;
-    return n;
+    const Utf8Decoded d = utf8_decode(t_, p_);
+    return d.status == Utf8Status::Valid ? d.len : 0;
   }
 
   std::string string() {
@@ -189,31 +192,23 @@ class JsonParser {
         ++p_;
         if (p_ >= t_.size()) fail("unterminated string");
         const char e = t_[p_++];
-        switch (e) {
-          case '"': out += '"'; break;
-          case '\\': out += '\\'; break;
-          case '/': out += '/'; break;
-          case 'b': out += '\b'; break;
-          case 'f': out += '\f'; break;
-          case 'n': out += '\n'; break;
-          case 'r': out += '\r'; break;
-          case 't': out += '\t'; break;
-          case 'u': {
-            uint32_t cp = hex4();
-            if (cp >= 0xD800 && cp <= 0xDBFF) {
-              if (t_.size() - p_ < 6 || t_[p_] != '\\' || t_[p_ + 1] != 'u') fail("unpaired surrogate");
-              p_ += 2;
-              const uint32_t lo = hex4();
-              if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired surrogate");
-              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-              fail("unpaired surrogate");
-            }
-            utf8_append(out, cp);
-            break;
+        if (e == 'u') {
+          uint32_t cp = hex4();
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (t_.size() - p_ < 6 || t_[p_] != '\\' || t_[p_ + 1] != 'u') fail("unpaired surrogate");
+            p_ += 2;
+            const uint32_t lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) fail("unpaired surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            fail("unpaired surrogate");
           }
-          default: fail("bad escape");
+          utf8_append(out, cp);
+          continue;
         }
+        const char unescaped = unescape_letter(e);
+        if (unescaped == 0) fail("bad escape");
+        out += unescaped;
         continue;
       }
       const size_t n = utf8_len();
@@ -234,6 +229,75 @@ Json Json::parse(std::string_view text, const char* what, Status status) {
     raise(status, "%s: the JSON text is too large (%zu bytes; at most %zu)", what, text.size(), kMaxBytes);
   JsonParser p(text, what, status);
   return p.document();
+}
+
+// ---- writing -----------------------------------------------------------------
+
+void json_append_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && ch != '"' && ch != '\\') {
+      out += ch;
+      continue;
+    }
+    char letter = 0;
+    for (const auto& [e, l] : kEscapes)
+      if (e == ch) letter = l;
+    if (letter != 0) {
+      (out += '\\') += letter;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\u00";
+      (out += kHex[c >> 4]) += kHex[c & 0xF];
+    }
+  }
+  out += '"';
+}
+
+void JsonWriter::newline(size_t level) {
+  out_ += '\n';
+  out_.append(static_cast<size_t>(indent_) * level, ' ');
+}
+
+void JsonWriter::separate() {
+  if (after_key_) {  // a member's value follows its key on the same line
+    after_key_ = false;
+    return;
+  }
+  if (counts_.empty()) return;
+  if (counts_.back()++ > 0) out_ += indent_ >= 0 ? "," : ", ";
+  if (indent_ >= 0) newline(counts_.size());
+}
+
+void JsonWriter::scalar(std::string_view text) {
+  separate();
+  out_ += text;
+}
+
+void JsonWriter::string(std::string_view s) {
+  separate();
+  json_append_string(out_, s);
+}
+
+void JsonWriter::key(std::string_view k) {
+  separate();
+  json_append_string(out_, k);
+  out_ += ": ";
+  after_key_ = true;
+}
+
+void JsonWriter::open(char bracket) {
+  separate();
+  out_ += bracket;
+  counts_.push_back(0);
+}
+
+void JsonWriter::close(char bracket) {
+  const bool empty = counts_.back() == 0;
+  counts_.pop_back();
+  if (!empty && indent_ >= 0) newline(counts_.size());
+  out_ += bracket;
 }
 
 }  // namespace infer

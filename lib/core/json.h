@@ -67,4 +67,48 @@ class Json {
 
 const char* json_kind_name(Json::Kind k);
 
+// ---- writing ------------------------------------------------------------------
+
+// Appends s as a JSON string literal, quotes included: '"', '\\' and the
+// control characters are escaped (\n \r \t \b \f, the others \u00xx);
+// every other byte, non-ASCII included, is copied as is (Python's
+// json.dumps(..., ensure_ascii=False)).
+void json_append_string(std::string& out, std::string_view s);
+
+// The library's one JSON writer: appends a document to `out`, laid out as
+// Python's json.dumps(..., indent=indent) does. indent < 0: one line with
+// ", " and ": " separators; indent >= 0: each member or item on its own line,
+// indented by indent spaces per level, "," and ": " separators; empty
+// containers are "[]" and "{}". The caller keeps the calls well nested
+// (key() before each member's value); numbers are written from their text.
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::string& out, int indent = -1) : out_(out), indent_(indent) {}
+
+  void null() { scalar("null"); }
+  void boolean(bool b) { scalar(b ? "true" : "false"); }
+  void integer(int64_t v) { scalar(std::to_string(v)); }
+  void number(std::string_view text) { scalar(text); }  // a number's text as is
+  void string(std::string_view s);
+  void key(std::string_view k);  // the next member's name (inside an object)
+  void begin_array() { open('['); }
+  void end_array() { close(']'); }
+  void begin_object() { open('{'); }
+  void end_object() { close('}'); }
+
+  std::string& out() { return out_; }
+
+ private:
+  void separate();  // the separator and line break before a value or key
+  void scalar(std::string_view text);
+  void open(char bracket);
+  void close(char bracket);
+  void newline(size_t level);
+
+  std::string& out_;
+  int indent_;
+  std::vector<size_t> counts_;  // entries written so far in each open container
+  bool after_key_ = false;
+};
+
 }  // namespace infer

@@ -69,16 +69,7 @@ bool py_space(uint32_t cp) {
 // Decodes the well-formed code point at s[pos] (len > 1 only for valid
 // multi-byte sequences); invalid bytes decode as themselves (never spaces
 // except the ASCII ones).
-uint32_t decode_at(std::string_view s, size_t pos, size_t* len) {
-  const unsigned char c = static_cast<unsigned char>(s[pos]);
-  if (c < 0x80 || utf8_next(s, pos, len) != Utf8Status::Valid) {
-    *len = 1;
-    return c < 0x80 ? c : 0xFFFD;
-  }
-  uint32_t cp = c & (*len == 2 ? 0x1F : *len == 3 ? 0x0F : 0x07);
-  for (size_t i = 1; i < *len; ++i) cp = (cp << 6) | (static_cast<unsigned char>(s[pos + i]) & 0x3F);
-  return cp;
-}
+uint32_t decode_at(std::string_view s, size_t pos, size_t* len) { return utf8_decode_lossy(s, pos, len); }
 
 // Jinja's `| trim` / Python's str.strip().
 std::string strip(std::string_view s) {

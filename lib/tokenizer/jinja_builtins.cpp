@@ -495,7 +495,7 @@ Value Renderer::apply_filter(const std::string& name, const Value& in, CallArgs&
     }
     std::string out;
     Walk w("tojson", line, this);
-    json_dump(out, in, indent, 0, lim_.max_output, w);
+    json_dump(out, in, indent, lim_.max_output, w);
     return make_string(std::move(out));
   }
   if (name == "upper") return make_string(ascii_upper(str(in)));

@@ -17,8 +17,8 @@ namespace infer::jinja {
 
 // ---- text (jinja_value.cpp) ---------------------------------------------------------------
 
-// Decodes the code point at s[pos]; invalid bytes decode as themselves
-// (0xFFFD stand-in, length 1).
+// Decodes the code point at s[pos] (core/utf8.h's utf8_decode_lossy): a byte
+// that does not start a well-formed code point is one U+FFFD of length 1.
 uint32_t decode(std::string_view s, size_t pos, size_t* len);
 bool py_space(uint32_t cp);  // Python's str.isspace()
 std::vector<size_t> cp_offsets(std::string_view s);  // byte offsets of each code point, plus the end
@@ -108,9 +108,10 @@ class Finder {
 
 // ---- JSON and Python's printing of values (jinja_value.cpp) --------------------------------
 
-// Appends json.dumps(v, ensure_ascii=False, indent=indent) to out (Limit
+// Appends json.dumps(v, ensure_ascii=False, indent=indent) to out through
+// core/json.h's JsonWriter (Limit
 // error once out passes `limit`; cycles and depth refused by the walk).
-void json_dump(std::string& out, const Value& v, int indent, int level, size_t limit, Walk& w);
+void json_dump(std::string& out, const Value& v, int indent, size_t limit, Walk& w);
 
 // The default bound of text made outside a render's budgets (error messages, to_json).
 constexpr size_t kDefaultTextLimit = size_t{16} << 20;

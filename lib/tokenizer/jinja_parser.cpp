@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 
 namespace infer::jinja {
@@ -292,12 +293,7 @@ class Parser {
     expect_op("(");
     while (!is_op(")")) {
       n->names.push_back(expect_name());
-      if (is_op("=")) {
-        ++p_;
-        n->kwargs.push_back(parse_expression());
-      } else {
-        n->kwargs.push_back(nullptr);
-      }
+      n->kwargs.push_back(expression_after(is_op("=")));  // a default value
       if (!is_op(",")) break;
       ++p_;
     }
@@ -310,6 +306,14 @@ class Parser {
 
   // ---- expressions ----
 
+  // When `present` (the current token introduces one): skips that token and
+  // parses the expression after it; otherwise nullptr.
+  NodeP expression_after(bool present) {
+    if (!present) return nullptr;
+    ++p_;
+    return parse_expression();
+  }
+
   NodeP parse_expression() {
     Guard g(*this);
     NodeP e = parse_or();
@@ -319,12 +323,7 @@ class Parser {
       NodeP n = make(NT::Cond, line);
       n->kids.push_back(std::move(e));
       n->kids.push_back(parse_or());
-      if (is_name("else")) {
-        ++p_;
-        n->kids.push_back(parse_expression());
-      } else {
-        n->kids.push_back(nullptr);
-      }
+      n->kids.push_back(expression_after(is_name("else")));
       e = done(std::move(n));
     }
     return e;
@@ -338,25 +337,24 @@ class Parser {
     return done(std::move(n));
   }
 
-  NodeP parse_or() {
-    NodeP l = parse_and();
-    while (is_name("or")) {
+  // One left-associative binary level: operands from next(), operators
+  // among `ops` (keywords when `words`, operator tokens otherwise).
+  template <class Next>
+  NodeP left_assoc(NT t, std::initializer_list<const char*> ops, bool words, Next next) {
+    NodeP l = next();
+    for (;;) {
+      const char* op = nullptr;
+      for (const char* o : ops)
+        if (words ? is_name(o) : is_op(o)) op = o;
+      if (op == nullptr) return l;
       const int line = cur().line;
       ++p_;
-      l = binary(NT::Or, "or", std::move(l), parse_and(), line);
+      l = binary(t, op, std::move(l), next(), line);
     }
-    return l;
   }
 
-  NodeP parse_and() {
-    NodeP l = parse_not();
-    while (is_name("and")) {
-      const int line = cur().line;
-      ++p_;
-      l = binary(NT::And, "and", std::move(l), parse_not(), line);
-    }
-    return l;
-  }
+  NodeP parse_or() { return left_assoc(NT::Or, {"or"}, true, [this] { return parse_and(); }); }
+  NodeP parse_and() { return left_assoc(NT::And, {"and"}, true, [this] { return parse_not(); }); }
 
   NodeP parse_not() {
     if (is_name("not")) {
@@ -398,47 +396,13 @@ class Parser {
     return n ? done(std::move(n)) : std::move(first);
   }
 
-  NodeP parse_math1() {
-    NodeP l = parse_concat();
-    while (is_op("+") || is_op("-")) {
-      const std::string op = cur().s;
-      const int line = cur().line;
-      ++p_;
-      l = binary(NT::Binary, op, std::move(l), parse_concat(), line);
-    }
-    return l;
-  }
+  NodeP parse_math1() { return left_assoc(NT::Binary, {"+", "-"}, false, [this] { return parse_concat(); }); }
 
-  NodeP parse_concat() {
-    NodeP l = parse_math2();
-    while (is_op("~")) {
-      const int line = cur().line;
-      ++p_;
-      l = binary(NT::Binary, "~", std::move(l), parse_math2(), line);
-    }
-    return l;
-  }
+  NodeP parse_concat() { return left_assoc(NT::Binary, {"~"}, false, [this] { return parse_math2(); }); }
 
-  NodeP parse_math2() {
-    NodeP l = parse_pow();
-    while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-      const std::string op = cur().s;
-      const int line = cur().line;
-      ++p_;
-      l = binary(NT::Binary, op, std::move(l), parse_pow(), line);
-    }
-    return l;
-  }
+  NodeP parse_math2() { return left_assoc(NT::Binary, {"*", "/", "//", "%"}, false, [this] { return parse_pow(); }); }
 
-  NodeP parse_pow() {
-    NodeP l = parse_unary(true);
-    while (is_op("**")) {
-      const int line = cur().line;
-      ++p_;
-      l = binary(NT::Binary, "**", std::move(l), parse_unary(true), line);
-    }
-    return l;
-  }
+  NodeP parse_pow() { return left_assoc(NT::Binary, {"**"}, false, [this] { return parse_unary(true); }); }
 
   NodeP parse_unary(bool with_filter) {
     Guard g(*this);
@@ -599,15 +563,20 @@ class Parser {
         }
         n = done(std::move(s));
       } else if (is_op("(")) {
-        check_method(*n, line);
-        NodeP c = make(NT::Call, line);
-        c->kids.push_back(std::move(n));
-        parse_call_args(*c);
-        n = done(std::move(c));
+        n = parse_call(std::move(n), line);
       } else {
         return n;
       }
     }
+  }
+
+  // callee(...), at the '('.
+  NodeP parse_call(NodeP callee, int line) {
+    check_method(*callee, line);
+    NodeP c = make(NT::Call, line);
+    c->kids.push_back(std::move(callee));
+    parse_call_args(*c);
+    return done(std::move(c));
   }
 
   // x.name(...): a method of the subset.
@@ -648,11 +617,7 @@ class Parser {
         }
         n = done(std::move(t));
       } else if (is_op("(")) {
-        check_method(*n, line);
-        NodeP c = make(NT::Call, line);
-        c->kids.push_back(std::move(n));
-        parse_call_args(*c);
-        n = done(std::move(c));
+        n = parse_call(std::move(n), line);
       } else {
         return n;
       }

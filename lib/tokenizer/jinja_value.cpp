@@ -18,31 +18,8 @@ void fail(ErrorKind kind, int line, const std::string& msg) { throw TemplateErro
 
 // ---- UTF-8 and Python's notion of whitespace ---------------------------------------------
 
-// Decodes the code point at s[pos]; invalid bytes decode as themselves
-// (0xFFFD stand-in, length 1).
-uint32_t decode(std::string_view s, size_t pos, size_t* len) {
-  const unsigned char c = static_cast<unsigned char>(s[pos]);
-  if (c < 0x80) {
-    *len = 1;
-    return c;
-  }
-  size_t n = c >= 0xF0 && c < 0xF5 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
-  if (n == 0 || pos + n > s.size()) {
-    *len = 1;
-    return 0xFFFD;
-  }
-  uint32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
-  for (size_t i = 1; i < n; ++i) {
-    const unsigned char d = static_cast<unsigned char>(s[pos + i]);
-    if ((d & 0xC0) != 0x80) {
-      *len = 1;
-      return 0xFFFD;
-    }
-    cp = (cp << 6) | (d & 0x3F);
-  }
-  *len = n;
-  return cp;
-}
+// core/utf8.h's decoder, one U+FFFD per invalid byte.
+uint32_t decode(std::string_view s, size_t pos, size_t* len) { return utf8_decode_lossy(s, pos, len); }
 
 // Python's str.isspace().
 bool py_space(uint32_t cp) {
@@ -152,89 +129,54 @@ std::string py_float(double d) {
 
 // ---- JSON --------------------------------------------------------------------------------
 
-void json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  out += '"';
-}
+namespace {
 
-void json_dump(std::string& out, const Value& v, int indent, int level, size_t limit, Walk& w) {
-  if (out.size() > limit)
+// json_dump's walk: the values through core/json.h's writer, the output
+// budget and the walk's cycle and depth checks around each container.
+void json_walk(JsonWriter& jw, const Value& v, size_t limit, Walk& w) {
+  if (jw.out().size() > limit)
     fail(ErrorKind::Limit, w.line(), strformat("tojson output exceeds the output budget (%zu bytes)", limit));
-  auto newline = [&](int lvl) {
-    out += '\n';
-    out.append(static_cast<size_t>(indent) * static_cast<size_t>(lvl), ' ');
-  };
   switch (v.kind()) {
-    case Value::Kind::None: out += "null"; return;
-    case Value::Kind::Bool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Kind::Int: out += std::to_string(v.as_int()); return;
+    case Value::Kind::None: jw.null(); return;
+    case Value::Kind::Bool: jw.boolean(v.as_bool()); return;
+    case Value::Kind::Int: jw.integer(v.as_int()); return;
     case Value::Kind::Float: {
       const double d = v.as_float();
-      out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : py_float(d);
+      jw.number(std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : py_float(d));
       return;
     }
-    case Value::Kind::String: json_string(out, v.str()); return;
+    case Value::Kind::String: jw.string(v.str()); return;
     case Value::Kind::Array: {
       const Array& a = v.arr();
-      if (a.empty()) {
-        out += "[]";
-        return;
-      }
-      w.enter(&a);
-      out += '[';
-      for (size_t i = 0; i < a.size(); ++i) {
-        if (i) out += indent >= 0 ? "," : ", ";
-        if (indent >= 0) newline(level + 1);
-        json_dump(out, a[i], indent, level + 1, limit, w);
-      }
-      if (indent >= 0) newline(level);
-      out += ']';
-      w.leave();
+      if (!a.empty()) w.enter(&a);  // an empty container neither nests nor cycles
+      jw.begin_array();
+      for (const Value& item : a) json_walk(jw, item, limit, w);
+      jw.end_array();
+      if (!a.empty()) w.leave();
       return;
     }
     case Value::Kind::Object: {
       const auto& items = v.obj().items;
-      if (items.empty()) {
-        out += "{}";
-        return;
+      if (!items.empty()) w.enter(&v.obj());
+      jw.begin_object();
+      for (const auto& [key, item] : items) {
+        jw.key(key);
+        json_walk(jw, item, limit, w);
       }
-      w.enter(&v.obj());
-      out += '{';
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (i) out += indent >= 0 ? "," : ", ";
-        if (indent >= 0) newline(level + 1);
-        json_string(out, items[i].first);
-        out += ": ";
-        json_dump(out, items[i].second, indent, level + 1, limit, w);
-      }
-      if (indent >= 0) newline(level);
-      out += '}';
-      w.leave();
+      jw.end_object();
+      if (!items.empty()) w.leave();
       return;
     }
     case Value::Kind::Undefined: fail(ErrorKind::Runtime, w.line(), "tojson: an undefined value is not JSON serializable");
     case Value::Kind::Callable: fail(ErrorKind::Runtime, w.line(), "tojson: a function is not JSON serializable");
   }
+}
+
+}  // namespace
+
+void json_dump(std::string& out, const Value& v, int indent, size_t limit, Walk& w) {
+  JsonWriter jw(out, indent);
+  json_walk(jw, v, limit, w);
 }
 
 // A parsed JSON value (core/json.h) as a template value: objects keep their
@@ -313,7 +255,7 @@ const Value* Value::find(std::string_view key) const { return kind_ == Kind::Obj
 std::string Value::to_json(int indent) const {
   std::string out;
   Walk w("to_json", 0, nullptr);
-  json_dump(out, *this, indent, 0, std::numeric_limits<size_t>::max(), w);
+  json_dump(out, *this, indent, std::numeric_limits<size_t>::max(), w);
   return out;
 }
 

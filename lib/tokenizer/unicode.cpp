@@ -13,48 +13,6 @@ namespace infer {
 
 // ---- UTF-8 ------------------------------------------------------------------
 
-Utf8Status utf8_next(std::string_view s, size_t pos, size_t* len) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + pos;
-  const size_t avail = s.size() - pos;
-  const unsigned c = p[0];
-  if (c < 0x80) {
-    *len = 1;
-    return Utf8Status::Valid;
-  }
-  // Allowed range of the second byte narrows for E0, ED, F0 and F4 (no
-  // overlong forms, no surrogates, nothing above U+10FFFF).
-  size_t need;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    *len = 1;
-    return Utf8Status::Invalid;
-  }
-  for (size_t i = 1; i < need; ++i) {
-    if (i >= avail) {
-      *len = i;
-      return Utf8Status::Truncated;
-    }
-    const unsigned b = p[i];
-    const unsigned l = i == 1 ? lo : 0x80u, h = i == 1 ? hi : 0xBFu;
-    if (b < l || b > h) {
-      *len = i;
-      return Utf8Status::Invalid;
-    }
-  }
-  *len = need;
-  return Utf8Status::Valid;
-}
-
 bool utf8_valid(std::string_view s) {
   for (size_t pos = 0; pos < s.size();) {
     if (static_cast<unsigned char>(s[pos]) < 0x80) {

@@ -14,18 +14,17 @@ namespace infer {
 
 // ---- UTF-8 ------------------------------------------------------------------
 
-enum class Utf8Status {
-  Valid,      // a complete, well-formed code point
-  Invalid,    // a byte sequence that can never become a code point
-  Truncated,  // a well-formed prefix of a code point cut off by the end of input
-};
+// Utf8Status and the decoder itself: core/utf8.h.
 
-// Classifies the bytes at s[pos..]. Well-formed means RFC 3629: no overlong
-// forms, no surrogates, nothing above U+10FFFF. `len` receives the length of
-// the code point (Valid) or of the longest well-formed prefix (Invalid and
-// Truncated, at least 1): Unicode's "maximal subpart", which is what one U+FFFD
-// replaces. pos must be < s.size().
-Utf8Status utf8_next(std::string_view s, size_t pos, size_t* len);
+// Classifies the bytes at s[pos..] (utf8_decode's status). `len` receives the
+// length of the code point (Valid) or of the longest well-formed prefix
+// (Invalid and Truncated, at least 1): Unicode's "maximal subpart", which is
+// what one U+FFFD replaces. pos must be < s.size().
+inline Utf8Status utf8_next(std::string_view s, size_t pos, size_t* len) {
+  const Utf8Decoded d = utf8_decode(s, pos);
+  *len = d.len;
+  return d.status;
+}
 
 // Whether all of s is well-formed UTF-8.
 bool utf8_valid(std::string_view s);
