@@ -63,6 +63,22 @@ void operator delete(void* p) noexcept { counted_free(p); }
 void operator delete[](void* p) noexcept { counted_free(p); }
 void operator delete(void* p, size_t) noexcept { counted_free(p); }
 void operator delete[](void* p, size_t) noexcept { counted_free(p); }
+// The nothrow forms too: libFuzzer allocates its inputs with new(std::nothrow)
+// and frees them with delete; a new from the sanitizer's allocator freed by
+// counted_free is an alloc-dealloc mismatch under ASan.
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  void* p = std::malloc(n ? n : 1);
+  if (p) {
+    const size_t live = g_live.fetch_add(malloc_usable_size(p)) + malloc_usable_size(p);
+    size_t peak = g_peak.load();
+    while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+    }
+  }
+  return p;
+}
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string all(reinterpret_cast<const char*>(data), size);
