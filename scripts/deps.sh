@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages libinfer needs, only those that are missing.
 set -euo pipefail
-pkgs=(cmake g++ ninja-build pkg-config libdnnl-dev libeigen3-dev catch2 libbenchmark-dev
+pkgs=(cmake make g++ ninja-build pkg-config libdnnl-dev libeigen3-dev catch2 libbenchmark-dev
       libsentencepiece-dev libxxhash-dev libpcre2-dev libutf8proc-dev python3
       libcpp-httplib-dev nlohmann-json3-dev)
 if [ "${1:-}" = "--test" ]; then
