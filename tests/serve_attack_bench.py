@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`infer serve` under a mixed attack beside normal traffic (issue #27), loopback only.
 
-    serve_attack_bench.py PATH_TO_INFER [--seconds 30] [--clients 4] [--max-tokens 32]
+    serve_attack_bench.py PATH_TO_INFER [--seconds 30] [--clients 4] [--max-tokens 32] [--rounds 1]
 
 Two phases of --seconds each against one server on ../shared's stories260K:
   quiet:  --clients normal clients, each a closed loop of streamed /v1/completions;
@@ -14,6 +14,7 @@ time to first byte p50, requests/s and tokens/s, errors, and /health's worst lat
 """
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -28,6 +29,7 @@ ap.add_argument("infer")
 ap.add_argument("--seconds", type=float, default=30)
 ap.add_argument("--clients", type=int, default=4)
 ap.add_argument("--max-tokens", type=int, default=32)
+ap.add_argument("--rounds", type=int, default=1, help="quiet/attack phase pairs, alternating")
 ap.add_argument("--without", default="", help="attackers left out, comma-separated: slow,leavers,oversized,deep")
 args = ap.parse_args()
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -203,35 +205,81 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process and all its threads so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def attacker_process(skip, seconds, result):
+    """The attackers run in a process of their own: as threads of the measuring process they
+    would take its interpreter lock from the normal clients, and the normal clients' loss
+    would be the client's, not the server's. Reports its own CPU seconds."""
+    stop = threading.Event()
+    attackers = {"slow": slow_clients, "leavers": leavers, "oversized": oversized, "deep": deep_json}
+    threads = [threading.Thread(target=f, args=(stop,)) for k, f in attackers.items() if k not in skip]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    t = os.times()
+    result.put(t.user + t.system)
+
+
 def phase(name, attack):
     stop = threading.Event()
     out = {"lat": [], "ttfb": [], "tokens": 0, "errors": 0, "health_max": 0.0, "health_fail": 0}
     threads = [threading.Thread(target=normal_client, args=(stop, out)) for _ in range(args.clients)]
     threads.append(threading.Thread(target=health_poller, args=(stop, out)))
+    attacker = None
+    result = multiprocessing.get_context("fork").Queue()
     if attack:
         skip = set(args.without.split(","))
-        attackers = {"slow": slow_clients, "leavers": leavers, "oversized": oversized, "deep": deep_json}
-        threads += [threading.Thread(target=f, args=(stop,)) for k, f in attackers.items() if k not in skip]
+        attacker = multiprocessing.get_context("fork").Process(target=attacker_process,
+                                                               args=(skip, args.seconds, result))
+    server_cpu0 = cpu_seconds(proc.pid)
+    client_cpu0 = sum(os.times()[:2])
     t0 = time.time()
+    if attacker:
+        attacker.start()
     for t in threads:
         t.start()
     time.sleep(args.seconds)
     stop.set()
     for t in threads:
         t.join(60)
+    attack_cpu = 0.0
+    if attacker:
+        attack_cpu = result.get(timeout=90)
+        attacker.join(30)
     dt = time.time() - t0
+    server_cpu = cpu_seconds(proc.pid) - server_cpu0
+    client_cpu = sum(os.times()[:2]) - client_cpu0
     n = len(out["lat"])
     print(f"{name:7s} requests {n:5d}  p50 {pct(out['lat'], 50) * 1000:7.1f} ms  p99 {pct(out['lat'], 99) * 1000:7.1f} ms  "
           f"ttfb p50 {pct(out['ttfb'], 50) * 1000:6.1f} ms  {n / dt:6.1f} req/s  {out['tokens'] / dt:7.0f} tok/s  "
-          f"errors {out['errors']}  /health max {out['health_max'] * 1000:6.1f} ms (failed {out['health_fail']})", flush=True)
+          f"errors {out['errors']}  /health max {out['health_max'] * 1000:6.1f} ms (failed {out['health_fail']})  "
+          f"CPU cores: server {server_cpu / dt:.2f} clients {client_cpu / dt:.2f} attackers {attack_cpu / dt:.2f}",
+          flush=True)
+    out["tok_s"] = out["tokens"] / dt
     return out
 
 
 print(f"infer serve, stories260K, {args.clients} normal streaming clients, max_tokens {args.max_tokens}, "
       f"{args.seconds:.0f} s per phase", flush=True)
 try:
-    phase("quiet", False)
-    phase("attack", True)
+    ratios = []
+    for r in range(args.rounds):
+        quiet = phase("quiet", False)
+        attacked = phase("attack", True)
+        if quiet["tok_s"] > 0:
+            ratios.append(attacked["tok_s"] / quiet["tok_s"])
+            print(f"round {r + 1}: normal throughput under attack {ratios[-1]:.2f} of quiet", flush=True)
+    if ratios:
+        print("ratios:", " ".join(f"{x:.2f}" for x in ratios), f" mean {sum(ratios) / len(ratios):.2f}")
     alive = proc.poll() is None
     print("server alive after the attack:", alive, "" if alive else f"(exit {proc.returncode}) " + "".join(log[-5:]))
 finally:
