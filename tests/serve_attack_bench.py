@@ -14,14 +14,13 @@ time to first byte p50, requests/s and tokens/s, errors, and /health's worst lat
 """
 import argparse
 import json
-import os
 import re
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+
+import serve_util
 
 ap = argparse.ArgumentParser()
 ap.add_argument("infer")
@@ -30,28 +29,15 @@ ap.add_argument("--clients", type=int, default=4)
 ap.add_argument("--max-tokens", type=int, default=32)
 ap.add_argument("--without", default="", help="attackers left out, comma-separated: slow,leavers,oversized,deep")
 args = ap.parse_args()
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.environ.get("INFER_SHARED_DIR") or os.path.join(HERE, "..", "..", "shared")
-MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
-if not os.path.isfile(MODEL):
-    print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
-    sys.exit(77)
+MODEL = serve_util.shared_model_or_skip()
 
-proc = subprocess.Popen([args.infer, "serve", "-m", MODEL, "--port", "0", "-t", "1", "-c", "256",
-                         "--max-connections", "16", "--max-body-mb", "1", "--header-timeout", "5"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-log = []
-port = None
-for line in proc.stderr:
-    m = re.search(r"listening on http://[^:]+:(\d+)", line)
-    if m:
-        port = int(m.group(1))
-    if "ready:" in line:
-        break
-threading.Thread(target=lambda: [log.append(x) for x in proc.stderr], daemon=True).start()
-if port is None:
-    print("server did not start")
+try:
+    srv = serve_util.Server(args.infer, MODEL, "-t", "1", "-c", "256", "--max-connections", "16", "--max-body-mb", "1",
+                            "--header-timeout", "5")
+except RuntimeError as e:
+    print(e)
     sys.exit(1)
+port = srv.port
 
 
 def recv_response(s):
@@ -232,13 +218,8 @@ print(f"infer serve, stories260K, {args.clients} normal streaming clients, max_t
 try:
     phase("quiet", False)
     phase("attack", True)
-    alive = proc.poll() is None
-    print("server alive after the attack:", alive, "" if alive else f"(exit {proc.returncode}) " + "".join(log[-5:]))
+    alive = srv.alive()
+    print("server alive after the attack:", alive, "" if alive else f"(exit {srv.proc.returncode}) " + "".join(srv.log[-5:]))
 finally:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    srv.stop()
 sys.exit(0 if alive else 1)
