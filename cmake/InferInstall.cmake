@@ -1,5 +1,6 @@
 # cmake --install: header, shared + static libraries, the `infer` CMake package
-# (find_package(infer) gives infer::infer and infer::infer_static) and infer.pc.
+# (find_package(infer) gives infer::infer and infer::infer_static), infer.pc
+# and infer-static.pc.
 include(CMakePackageConfigHelpers)
 
 # Two export sets: the shared library's needs nothing, the static library's
@@ -44,4 +45,10 @@ endif()
 # infer.pc is relocatable: the prefix is found from where the file is.
 file(RELATIVE_PATH INFER_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/infer.pc.in ${CMAKE_CURRENT_BINARY_DIR}/infer.pc @ONLY)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/infer.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# infer-static.pc: libinfer.a by its full path. pkg-config cannot make one
+# package link the shared library normally and the archive with --static (the
+# linker, not pkg-config, picks libinfer.so for -linfer), so the archive is a
+# package of its own.
+configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/infer-static.pc.in ${CMAKE_CURRENT_BINARY_DIR}/infer-static.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/infer.pc ${CMAKE_CURRENT_BINARY_DIR}/infer-static.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -8,9 +8,10 @@
 #   - find_package(infer) for the shared library with oneDNN, PCRE2, utf8proc
 #     and the CUDA toolkit made unfindable: still works, and COMPONENTS static
 #     then fails with a message;
-#   - the same two programs through pkg-config: shared (with -Wl,-rpath from
-#     the documented libdir variable) and `pkg-config --static` linking
-#     libinfer.a with cc from C.
+#   - the same two programs through pkg-config: shared (infer.pc, with
+#     -Wl,-rpath from the documented libdir variable) and static (infer-static.pc,
+#     with and without --static, linking libinfer.a with cc from C: checked
+#     with ldd and readelf -d not to need libinfer.so).
 # The programs generate a few greedy tokens when ../shared's model exists
 # (INFER_SHARED_DIR), and all print the same text (checked).
 #   tests/install_test.sh BUILD_DIR WORK_DIR
@@ -188,16 +189,26 @@ cc -o "$c/pc_c" "$c/main.c" $(pkg-config --cflags --libs infer) -Wl,-rpath,"$lib
 c++ -o "$c/pc_cxx" "$c/main.cpp" $(pkg-config --cflags --libs infer) -Wl,-rpath,"$libdir"
 run "C, pkg-config, -Wl,-rpath,\$(pkg-config --variable=libdir infer)" "$c/pc_c"
 run "C++, pkg-config" "$c/pc_cxx"
-# --static: libinfer.a (-l:libinfer.a) from a C program linked by cc, so the
-# C++ runtime must come from Libs.private.
-static_flags=$(pkg-config --static --cflags --libs infer | sed 's/-linfer\b/-l:libinfer.a/')
-case " $static_flags " in *" -lstdc++ "*) ;; *) echo "install test: pkg-config --static lacks -lstdc++" >&2; exit 1 ;; esac
-cc -o "$c/pc_c_static" "$c/main.c" $static_flags
-c++ -o "$c/pc_cxx_static" "$c/main.cpp" $static_flags
-not_linked_to_shared "$c/pc_c_static"
-not_linked_to_shared "$c/pc_cxx_static"
-run "C, pkg-config --static, libinfer.a" "$c/pc_c_static"
-run "C++, pkg-config --static, libinfer.a" "$c/pc_cxx_static"
+# libinfer.a through the infer-static package (its Libs name the archive by
+# its path: -linfer would find libinfer.so, installed beside it), as given,
+# with and without --static, from a C program linked by cc, so the C++
+# runtime and the other dependencies must come from the .pc file.
+for mode in "" --static; do
+  static_flags=$(pkg-config $mode --cflags --libs infer-static)
+  case " $static_flags " in *" -lstdc++ "*) ;; *) echo "install test: pkg-config $mode --libs infer-static lacks -lstdc++" >&2; exit 1 ;; esac
+  case " $static_flags " in *" -linfer "*) echo "install test: pkg-config $mode --libs infer-static says -linfer (libinfer.so)" >&2; exit 1 ;; esac
+  cc -o "$c/pc_c_static" "$c/main.c" $static_flags
+  c++ -o "$c/pc_cxx_static" "$c/main.cpp" $static_flags
+  for exe in "$c/pc_c_static" "$c/pc_cxx_static"; do
+    not_linked_to_shared "$exe"
+    if readelf -d "$exe" | grep -q "NEEDED.*libinfer"; then
+      echo "install test: $exe needs libinfer.so (readelf -d)" >&2
+      exit 1
+    fi
+  done
+  run "C, pkg-config ${mode:+$mode }--libs infer-static, libinfer.a" "$c/pc_c_static"
+  run "C++, pkg-config ${mode:+$mode }--libs infer-static, libinfer.a" "$c/pc_cxx_static"
+done
 
 # The installed CLI from / (no ../shared there): it finds the installed
 # default model, or, without one, says to give -m.

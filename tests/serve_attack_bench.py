@@ -17,12 +17,12 @@ import json
 import multiprocessing
 import os
 import re
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+
+import serve_util
 
 ap = argparse.ArgumentParser()
 ap.add_argument("infer")
@@ -32,28 +32,15 @@ ap.add_argument("--max-tokens", type=int, default=32)
 ap.add_argument("--rounds", type=int, default=1, help="quiet/attack phase pairs, alternating")
 ap.add_argument("--without", default="", help="attackers left out, comma-separated: slow,leavers,oversized,deep")
 args = ap.parse_args()
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.environ.get("INFER_SHARED_DIR") or os.path.join(HERE, "..", "..", "shared")
-MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
-if not os.path.isfile(MODEL):
-    print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
-    sys.exit(77)
+MODEL = serve_util.shared_model_or_skip()
 
-proc = subprocess.Popen([args.infer, "serve", "-m", MODEL, "--port", "0", "-t", "1", "-c", "256",
-                         "--max-connections", "16", "--max-body-mb", "1", "--header-timeout", "5"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-log = []
-port = None
-for line in proc.stderr:
-    m = re.search(r"listening on http://[^:]+:(\d+)", line)
-    if m:
-        port = int(m.group(1))
-    if "ready:" in line:
-        break
-threading.Thread(target=lambda: [log.append(x) for x in proc.stderr], daemon=True).start()
-if port is None:
-    print("server did not start")
+try:
+    srv = serve_util.Server(args.infer, MODEL, "-t", "1", "-c", "256", "--max-connections", "16", "--max-body-mb", "1",
+                            "--header-timeout", "5")
+except RuntimeError as e:
+    print(e)
     sys.exit(1)
+port = srv.port
 
 
 def recv_response(s):
@@ -240,7 +227,7 @@ def phase(name, attack):
         skip = set(args.without.split(","))
         attacker = multiprocessing.get_context("fork").Process(target=attacker_process,
                                                                args=(skip, args.seconds, result))
-    server_cpu0 = cpu_seconds(proc.pid)
+    server_cpu0 = cpu_seconds(srv.proc.pid)
     client_cpu0 = sum(os.times()[:2])
     t0 = time.time()
     if attacker:
@@ -256,7 +243,7 @@ def phase(name, attack):
         attack_cpu = result.get(timeout=90)
         attacker.join(30)
     dt = time.time() - t0
-    server_cpu = cpu_seconds(proc.pid) - server_cpu0
+    server_cpu = cpu_seconds(srv.proc.pid) - server_cpu0
     client_cpu = sum(os.times()[:2]) - client_cpu0
     n = len(out["lat"])
     print(f"{name:7s} requests {n:5d}  p50 {pct(out['lat'], 50) * 1000:7.1f} ms  p99 {pct(out['lat'], 99) * 1000:7.1f} ms  "
@@ -280,13 +267,8 @@ try:
             print(f"round {r + 1}: normal throughput under attack {ratios[-1]:.2f} of quiet", flush=True)
     if ratios:
         print("ratios:", " ".join(f"{x:.2f}" for x in ratios), f" mean {sum(ratios) / len(ratios):.2f}")
-    alive = proc.poll() is None
-    print("server alive after the attack:", alive, "" if alive else f"(exit {proc.returncode}) " + "".join(log[-5:]))
+    alive = srv.alive()
+    print("server alive after the attack:", alive, "" if alive else f"(exit {srv.proc.returncode}) " + "".join(srv.log[-5:]))
 finally:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    srv.stop()
 sys.exit(0 if alive else 1)

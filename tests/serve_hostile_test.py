@@ -12,25 +12,19 @@ with pieces on a large body (bounded memory), logit_bias banning every token, a
 self-referencing --chat-template-file, disconnecting streams. Every loop is bounded;
 the servers are stopped at the end.
 """
-import http.client
 import json
 import os
-import re
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 
+import serve_util
+
 INFER = sys.argv[1]
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.environ.get("INFER_SHARED_DIR") or os.path.join(HERE, "..", "..", "shared")
-MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
-SELFREF = os.path.join(SHARED, "repro", "untrusted", "selfref_template.jinja")
-if not os.path.isfile(MODEL):
-    print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
-    sys.exit(77)
+MODEL = serve_util.shared_model_or_skip()
+SELFREF = os.path.join(serve_util.SHARED, "repro", "untrusted", "selfref_template.jinja")
 
 passed = failed = 0
 
@@ -67,67 +61,17 @@ def check(name, ok, detail=""):
             print("       " + str(detail)[:1500].replace("\n", "\n       "), flush=True)
 
 
-class Server:
+class Server(serve_util.Server):
     def __init__(self, *args, expect_start=True):
-        self.proc = subprocess.Popen([INFER, "serve", "-m", MODEL, "--port", "0", "-t", "1", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.log = []
-        self.port = None
-        ready = threading.Event()
-
-        def reader():
-            for line in self.proc.stderr:
-                self.log.append(line)
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                if "ready:" in line:
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=reader, daemon=True).start()
-        ready.wait(120)
-        if expect_start and (self.port is None or self.proc.poll() is not None):
-            raise RuntimeError("server did not start: " + "".join(self.log))
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def request(self, method, path, body=None, headers=None, timeout=60):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data
+        super().__init__(INFER, MODEL, "-t", "1", *args, expect_start=expect_start)
 
     def health_ms(self, timeout=5):
         t0 = time.time()
         try:
-            st, _ = self.request("GET", "/health", timeout=timeout)
+            st, _, _ = self.request("GET", "/health", timeout=timeout)
         except Exception:
             return None
         return (time.time() - t0) * 1000 if st == 200 else None
-
-    def rss_kb(self, key="VmRSS"):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-        return 0
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 def read_response(f):
@@ -296,7 +240,7 @@ try:
         time.sleep(0.5)
     check(f"/health answers within 1 s under 70 slow clients (worst {worst:.0f} ms)", worst < 1000)
     try:
-        st, data = srv.request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 4}, timeout=20)
+        st, data, _ = srv.request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 4}, timeout=20)
     except Exception as e:
         st, data = None, repr(e)
     check("a real completion completes under 70 slow clients", st == 200 and b"choices" in data, (st, data[:200]))
@@ -326,7 +270,7 @@ try:
     check("the server is alive after 10 clients left mid-stream", srv.alive() and srv.health_ms() is not None)
 
     # ---- logit_bias banning every token: the client's mistake, a 400 ----
-    st, data = srv.request("POST", "/v1/completions",
+    st, data, _ = srv.request("POST", "/v1/completions",
                            {"prompt": "Once", "max_tokens": 4, "logit_bias": {str(i): -100 for i in range(512)}})
     check("logit_bias banning every token is a 400 naming logit_bias", st == 400 and is_error_body(data, "logit_bias"),
           (st, data[:300]))
@@ -350,7 +294,7 @@ try:
     }
     for mode, body in bodies.items():
         try:
-            st, data = srv.request("POST", "/v1/chat/completions", body)
+            st, data, _ = srv.request("POST", "/v1/chat/completions", body)
         except Exception as e:
             st, data = None, repr(e)
         check(f"JSON nested 100000 deep in {mode}: a 400 naming the problem", st == 400 and is_error_body(data), (st, data[:300]))
@@ -364,7 +308,7 @@ srv = Server("--max-body-mb", "8", "-c", "256")
 try:
     base = srv.rss_kb()
     text = "Once upon a time, there was a little girl named Lily. " * 36000  # ~2 MB
-    st, data = srv.request("POST", "/tokenize", {"content": text, "with_pieces": True}, timeout=120)
+    st, data, _ = srv.request("POST", "/tokenize", {"content": text, "with_pieces": True}, timeout=120)
     n = len(json.loads(data)["tokens"]) if st == 200 else 0
     peak = srv.rss_kb("VmHWM")
     check(f"/tokenize with_pieces on 2 MB: answered ({n} tokens)", st == 200 and n > 100000, (st, data[:200]))
@@ -373,7 +317,7 @@ try:
     after = srv.rss_kb()
     check_memory(f"... and memory was given back ({(after - base) // 1024} MiB kept, < 64)", after - base < 64 * 1024)
     big = "a b " * 1900000  # ~7.6 MB
-    st, data = srv.request("POST", "/tokenize", {"content": big, "with_pieces": True}, timeout=120)
+    st, data, _ = srv.request("POST", "/tokenize", {"content": big, "with_pieces": True}, timeout=120)
     check("/tokenize with_pieces past the token cap: a 4xx naming with_pieces",
           400 <= st < 500 and is_error_body(data, "with_pieces"), (st, data[:200]))
     peak = srv.rss_kb("VmHWM")
@@ -393,7 +337,7 @@ if os.path.isfile(SELFREF):
                   srv.proc.returncode not in (0, None) and srv.proc.returncode > 0 and "chat-template-file" in log, (srv.proc.returncode, log[-500:]))
         else:
             try:
-                st, data = srv.request("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 2}, timeout=30)
+                st, data, _ = srv.request("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 2}, timeout=30)
             except Exception as e:
                 st, data = None, repr(e)
             check("a self-referencing template: the chat request gets an error", st is not None and st >= 400 and is_error_body(data),

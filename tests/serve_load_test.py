@@ -28,11 +28,12 @@ Prints SKIPPED: without ../shared's stories260K.
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
 import time
+
+import serve_util
 
 ap = argparse.ArgumentParser()
 ap.add_argument("infer")
@@ -47,12 +48,7 @@ ap.add_argument("--stream-interval", default=None, help="passed to infer serve (
 ap.add_argument("--json", action="store_true")
 args = ap.parse_args()
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.environ.get("INFER_SHARED_DIR") or os.path.join(HERE, "..", "..", "shared")
-MODEL = args.model or os.path.join(SHARED, "models", "stories260K.gguf")
-if not os.path.isfile(MODEL):
-    print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
-    sys.exit(77)
+MODEL = args.model or serve_util.shared_model_or_skip()
 min_ratio = float(os.environ.get("INFER_LOAD_MIN_RATIO", "0.5"))
 
 
@@ -75,32 +71,14 @@ n_requests = n_round * rounds
 # The server's context per sequence is the test's P + O tokens, so its KV pool
 # (enough for C such sequences) is touched in full by the first wave of
 # requests: RSS that still grows after that is a leak, not first-touched KV.
-proc = subprocess.Popen([args.infer, "serve", "-m", MODEL, "--port", "0", "--max-seqs", str(args.clients),
-                         "-c", str(args.prompt_len + args.output_len),
-                         "-t", str(args.threads), "--max-connections", str(args.clients + 8)]
-                        + (["--stream-interval", args.stream_interval] if args.stream_interval is not None else []),
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-port = None
-log = []
-for line in proc.stderr:
-    log.append(line)
-    m = re.search(r"listening on http://[^:]+:(\d+)", line)
-    if m:
-        port = int(m.group(1))
-    if "ready:" in line:
-        break
-if port is None or proc.poll() is not None:
-    print("FAIL - the server did not start:", "".join(log))
+try:
+    srv = serve_util.Server(args.infer, MODEL, "--max-seqs", str(args.clients), "-c", str(args.prompt_len + args.output_len),
+                            "-t", str(args.threads), "--max-connections", str(args.clients + 8),
+                            *(["--stream-interval", args.stream_interval] if args.stream_interval is not None else []))
+except RuntimeError as e:
+    print("FAIL - the server did not start:", e)
     sys.exit(1)
-threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
-
-
-def rss_kb():
-    with open(f"/proc/{proc.pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+port = srv.port
 
 
 # The load: `infer bench-serve --url`, C streaming clients on keep-alive
@@ -124,7 +102,7 @@ def load(n):
 
 def sample_rss():
     while not done.is_set():
-        rss_samples.append((time.time() - t_start, rss_kb()))
+        rss_samples.append((time.time() - t_start, srv.rss_kb()))
         time.sleep(0.25)
 
 
@@ -149,8 +127,7 @@ for r in range(rounds):
 done.set()
 sampler.join()
 elapsed = time.time() - t_start
-proc.terminate()
-proc.wait(30)
+rc = srv.stop()
 
 http_tok, http_s = map(sum, zip(*[tokens_and_seconds(st) for st in http_runs]))
 local_tok, local_s = map(sum, zip(*[tokens_and_seconds(b) for b in local_runs]))
@@ -199,6 +176,6 @@ check(f"{ok} of {n_requests} requests completed with [DONE] and {args.output_len
 check(f"memory flat: RSS {result['rss_first_third_mb']} MB -> {result['rss_last_third_mb']} MB", growth_mb < 16, result)
 check(f"throughput {server_tok_s:.0f} tok/s vs bench-serve {bench_tok_s:.0f} tok/s (ratio {ratio:.2f} >= {min_ratio})",
       ratio >= min_ratio, bench_err)
-check("the server exited 0 on SIGTERM", proc.returncode == 0, proc.returncode)
+check("the server exited 0 on SIGTERM", rc == 0, rc)
 print(f"{4 - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

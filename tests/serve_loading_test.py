@@ -13,14 +13,12 @@ poller, one request a few milliseconds, plenty of time to see the loading
 state. If the load ever finished before the first answer the test says so
 and fails, rather than passing without having seen the state.
 """
-import http.client
 import json
 import os
-import re
 import subprocess
 import sys
-import threading
-import time
+
+import serve_util
 
 INFER, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -39,43 +37,17 @@ def check(name, ok, detail=""):
     failed += 0 if ok else 1
 
 
-proc = subprocess.Popen([INFER, "serve", "-m", model, "--port", "0", "-c", "256"], stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE, text=True)
-port = None
-log = []
-ready = threading.Event()
-listening = threading.Event()
-
-
-def reader():
-    global port
-    for line in proc.stderr:
-        log.append(line)
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            listening.set()
-        if "ready:" in line:
-            ready.set()
-    listening.set()
-    ready.set()
-
-
-threading.Thread(target=reader, daemon=True).start()
-if not listening.wait(120) or port is None:
-    print("FAIL - the server did not start listening:", "".join(log))
-    proc.kill()
+srv = serve_util.Server(INFER, model, "-c", "256", wait="listening", expect_start=False)
+if srv.port is None:
+    print("FAIL - the server did not start listening:", srv.log_text())
+    srv.kill()
     sys.exit(1)
+ready = srv.ready
 
 
 def request(method, path, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    c.request(method, path, body=json.dumps(body) if body is not None else None,
-              headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
+    st, data, _ = srv.request(method, path, body, timeout=60)
+    return st, data
 
 
 def is_loading(st, data):
@@ -89,7 +61,7 @@ def is_loading(st, data):
 # While loading: every endpoint that needs the model says so.
 st, data = request("GET", "/health")
 loaded_first = ready.is_set()
-check("GET /health while loading is 503 'loading'", is_loading(st, data), (st, data, "".join(log)))
+check("GET /health while loading is 503 'loading'", is_loading(st, data), (st, data, srv.log_text()))
 st2, data2 = request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2})
 st3, data3 = request("GET", "/v1/models")
 if ready.is_set():
@@ -100,14 +72,13 @@ else:
 check("the loading state was seen before the model was ready", not loaded_first)
 
 # Then ready: the same endpoints work.
-check("the model finishes loading", ready.wait(300) and proc.poll() is None, "".join(log))
+check("the model finishes loading", ready.wait(300) and srv.alive() and not srv.exited.is_set(), srv.log_text())
 st, data = request("GET", "/health")
 check("GET /health after loading is 200", st == 200 and json.loads(data).get("status") == "ok", (st, data))
 st, data = request("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2, "temperature": 0})
 check("POST /v1/completions after loading is 200", st == 200 and json.loads(data)["usage"]["completion_tokens"] >= 1,
       (st, data))
-proc.terminate()
-proc.wait(60)
-check("the server exits 0 on SIGTERM", proc.returncode == 0, proc.returncode)
+rc = srv.stop(timeout=60)
+check("the server exits 0 on SIGTERM", rc == 0, rc)
 print(f"{failed} failed")
 sys.exit(1 if failed else 0)

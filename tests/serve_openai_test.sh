@@ -12,7 +12,8 @@
 # transport failed every streamed response with "Premature close", against
 # Node's own http server as much as ours (a client defect that the 2026 Node
 # security releases exposed; Node 20.20 here did not show it). Prints "SKIPPED: ..." (CTest reports the test skipped) when
-# the shared model, node/npm or the package cannot be had.
+# the shared model, node/npm or the package cannot be had. The servers are
+# named stories260K.gguf and m (--served-model-name), the names the client sends.
 set -u
 INFER=${1:?usage: serve_openai_test.sh INFER WORK_DIR}
 WORK=${2:?usage: serve_openai_test.sh INFER WORK_DIR}
@@ -36,7 +37,7 @@ cp "$HERE/serve_openai_client.cjs" "$WORK/client.cjs"
 
 LOG=$(mktemp "${TMPDIR:-/tmp}/infer-serve-openai.XXXXXX")
 KEY="test-key-$$"
-"$INFER" serve -m "$MODEL" --port 0 --api-key "$KEY" -c 1024 2>"$LOG" &
+"$INFER" serve -m "$MODEL" --port 0 --api-key "$KEY" -c 1024 --served-model-name stories260K.gguf,m 2>"$LOG" &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -f "$LOG"' EXIT
 for _ in $(seq 1 600); do
@@ -50,7 +51,7 @@ if [ -z "$PORT" ] || ! grep -q "ready:" "$LOG"; then
 fi
 # A second server with a Qwen2.5 chat template, for function calling (tools).
 TLOG=$(mktemp "${TMPDIR:-/tmp}/infer-serve-openai-tools.XXXXXX")
-"$INFER" serve -m "$MODEL" --port 0 --api-key "$KEY" -c 1024 \
+"$INFER" serve -m "$MODEL" --port 0 --api-key "$KEY" -c 1024 --served-model-name stories260K.gguf,m \
   --chat-template-file "$HERE/data/chat_templates/qwen2.5-7b-instruct.jinja" 2>"$TLOG" &
 TPID=$!
 trap 'kill $PID $TPID 2>/dev/null; wait $PID $TPID 2>/dev/null; rm -f "$LOG" "$TLOG"' EXIT

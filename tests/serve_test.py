@@ -9,26 +9,21 @@ checks the endpoints, the OpenAI response shapes, streaming, n > 1, stop
 strings, the error bodies for hostile input (malformed JSON, bad field types,
 huge bodies, invalid UTF-8, slow clients, disconnects) and a graceful shutdown.
 """
-import http.client
 import json
 import os
 import random
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
 
+import serve_util
+
 INFER = sys.argv[1]
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.environ.get("INFER_SHARED_DIR") or os.path.join(HERE, "..", "..", "shared")
-MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
-REF = os.path.join(SHARED, "reference", "stories260K-once.txt")
-if not os.path.isfile(MODEL):
-    print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
-    sys.exit(77)
+MODEL = serve_util.shared_model_or_skip()
+REF = os.path.join(serve_util.SHARED, "reference", "stories260K-once.txt")
 
 passed = failed = 0
 
@@ -45,70 +40,9 @@ def check(name, ok, detail=""):
             print("       " + str(detail)[:1500].replace("\n", "\n       "))
 
 
-class Server:
+class Server(serve_util.Server):
     def __init__(self, *args):
-        self.proc = subprocess.Popen([INFER, "serve", "-m", MODEL, "--port", "0", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.log = []
-        self.port = None
-        ready = threading.Event()
-
-        def reader():
-            for line in self.proc.stderr:
-                self.log.append(line)
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                if "ready:" in line:
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=reader, daemon=True).start()
-        if not ready.wait(120) or self.port is None or self.proc.poll() is not None:
-            raise RuntimeError("server did not start: " + "".join(self.log))
-
-    def request(self, method, path, body=None, headers=None, timeout=120):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        if isinstance(body, (dict, list)):
-            body = json.dumps(body)
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data, r
-
-    def post(self, path, body, **kw):
-        st, data, _ = self.request("POST", path, body, **kw)
-        try:
-            return st, json.loads(data)
-        except ValueError:
-            return st, data
-
-    def stream(self, path, body, headers=None):
-        """POST with stream: returns (status, [parsed events], saw_done)."""
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        c.request("POST", path, body=json.dumps(body), headers=h)
-        r = c.getresponse()
-        raw = r.read().decode("utf-8", "replace")
-        c.close()
-        events, done = [], False
-        for block in raw.split("\n\n"):
-            block = block.strip()
-            if not block:
-                continue
-            if not block.startswith("data: "):
-                events.append({"_bad": block})
-                continue
-            payload = block[6:]
-            if payload == "[DONE]":
-                done = True
-            else:
-                events.append(json.loads(payload))
-        return r.status, events, done, r
+        super().__init__(INFER, MODEL, *args)
 
     def metrics(self):
         st, data, _ = self.request("GET", "/metrics")
@@ -119,14 +53,6 @@ class Server:
             k, v = line.rsplit(" ", 1)
             out[k] = float(v)
         return out
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return None
 
 
 def is_error_body(data, status=None):
@@ -148,7 +74,7 @@ try:
     check("GET /v1/models/{unknown} is 404 with an error body", st == 404 and is_error_body(json.loads(data)), data)
 
     ref = open(REF, encoding="utf-8").read()[len("Once upon a time"):]
-    st, r = srv.post("/v1/completions", {"model": "x", "prompt": "Once upon a time", "max_tokens": 40, "temperature": 0})
+    st, r = srv.post("/v1/completions", {"model": "stories260K.gguf", "prompt": "Once upon a time", "max_tokens": 40, "temperature": 0})
     text = r["choices"][0]["text"] if st == 200 else ""
     check("completions: greedy text equals the reference implementation's", st == 200 and len(text) > 40 and ref.startswith(text), (st, r))
     check("completions: OpenAI shape", st == 200 and r["object"] == "text_completion" and r["id"].startswith("cmpl-")

@@ -17,23 +17,15 @@ field (a grammar that derives exactly one text). Checked:
   - tool_choice none / required / named (forced by a grammar), bad shapes 400,
     tools with a built-in (non-Jinja) template 400.
 """
-import http.client
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
+
+import serve_util
 
 INFER, TDIR = sys.argv[1], sys.argv[2]
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.environ.get("INFER_SHARED_DIR") or os.path.join(HERE, "..", "..", "shared")
-MODEL = os.path.join(SHARED, "models", "stories260K.gguf")
-if not os.path.isfile(MODEL):
-    print(f"SKIPPED: {MODEL} not found (set INFER_SHARED_DIR)")
-    sys.exit(77)
+MODEL = serve_util.shared_model_or_skip()
 
 try:
     import jinja2
@@ -57,61 +49,14 @@ def check(name, ok, detail=""):
             print("       " + str(detail)[:2000].replace("\n", "\n       "))
 
 
-class Server:
+class Server(serve_util.Server):
     def __init__(self, *args):
-        self.proc = subprocess.Popen([INFER, "serve", "-m", MODEL, "--port", "0", *args],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.log, self.port = [], None
-        ready = threading.Event()
+        super().__init__(INFER, MODEL, *args)
 
-        def reader():
-            for line in self.proc.stderr:
-                self.log.append(line)
-                m = re.search(r"listening on http://[^:]+:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                if "ready:" in line:
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=reader, daemon=True).start()
-        if not ready.wait(120) or self.port is None or self.proc.poll() is not None:
-            raise RuntimeError("server did not start: " + "".join(self.log))
-
-    def post(self, path, body):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        try:
-            return r.status, json.loads(data)
-        except ValueError:
-            return r.status, data
-
-    def stream(self, body):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        c.request("POST", "/v1/chat/completions", body=json.dumps(dict(body, stream=True)),
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        raw = r.read().decode("utf-8", "replace")
-        c.close()
-        events, done = [], False
-        for block in raw.split("\n\n"):
-            block = block.strip()
-            if block == "data: [DONE]":
-                done = True
-            elif block.startswith("data: "):
-                events.append(json.loads(block[6:]))
-        return r.status, events, done
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return None
+    def chat_stream(self, body):
+        """A streamed chat request: (status, [events], saw [DONE])."""
+        st, events, done, _ = self.stream("/v1/chat/completions", dict(body, stream=True))
+        return st, [e for e in events if "_bad" not in e], done
 
 
 def gbnf_literal(text):
@@ -298,7 +243,7 @@ calls = msg.get("tool_calls") or []
 check("qwen: two calls and the text before them", st == 200 and msg.get("content") == "Let me check." and len(calls) == 2
       and calls[1]["function"]["name"] == "get_time" and calls[0]["id"] != calls[1]["id"], d)
 
-st, events, done = srv.stream({"messages": ASK, "tools": TOOLS, "max_tokens": 200, "temperature": 0, "grammar": gbnf_literal(two)})
+st, events, done = srv.chat_stream({"messages": ASK, "tools": TOOLS, "max_tokens": 200, "temperature": 0, "grammar": gbnf_literal(two)})
 content, scalls, reasons = streamed_calls(events)
 check("qwen streamed: content, then delta.tool_calls (index, id, type, name, arguments), finish_reason tool_calls, [DONE]",
       st == 200 and done and content == "Let me check." and [c["index"] for c in scalls] == [0, 1]
@@ -313,7 +258,7 @@ st, d = forced(srv, bad)
 check("qwen: a call whose JSON does not parse stays content (finish_reason stop)",
       st == 200 and d["choices"][0]["message"]["content"] == bad and "tool_calls" not in d["choices"][0]["message"]
       and d["choices"][0]["finish_reason"] == "stop", d)
-st, events, done = srv.stream({"messages": ASK, "tools": TOOLS, "max_tokens": 200, "temperature": 0, "grammar": gbnf_literal(bad)})
+st, events, done = srv.chat_stream({"messages": ASK, "tools": TOOLS, "max_tokens": 200, "temperature": 0, "grammar": gbnf_literal(bad)})
 content, scalls, reasons = streamed_calls(events)
 check("qwen streamed: the malformed call is released as content", st == 200 and done and content == bad and not scalls
       and reasons == ["stop"], events)
@@ -344,14 +289,14 @@ check("tool_choice named: exactly that function, arguments valid against its sch
       st == 200 and calls and len(calls) == 1 and calls[0]["function"]["name"] == "get_weather"
       and json.loads(calls[0]["function"]["arguments"]).get("location") in ("Paris", "Rome")
       and json.loads(calls[0]["function"]["arguments"]).get("unit") in ("celsius", "fahrenheit"), d)
-st, events, done = srv.stream({"messages": ASK, "tools": TOOLS, "max_tokens": 300, "temperature": 0,
+st, events, done = srv.chat_stream({"messages": ASK, "tools": TOOLS, "max_tokens": 300, "temperature": 0,
                                "tool_choice": {"type": "function", "function": {"name": "get_time"}}})
 content, scalls, reasons = streamed_calls(events)
 check("tool_choice named, streamed", st == 200 and done and len(scalls) == 1 and scalls[0]["function"]["name"] == "get_time"
       and reasons == ["tool_calls"], events)
 
 st, d = srv.post("/v1/chat/completions", {"messages": ASK, "tools": TOOLS, "max_tokens": 30, "temperature": 0})
-st2, events, done = srv.stream({"messages": ASK, "tools": TOOLS, "max_tokens": 30, "temperature": 0})
+st2, events, done = srv.chat_stream({"messages": ASK, "tools": TOOLS, "max_tokens": 30, "temperature": 0})
 content, scalls, reasons = streamed_calls(events)
 check("tools offered, no call made: plain text, the same streamed and not",
       st == 200 and st2 == 200 and "tool_calls" not in d["choices"][0]["message"] and not scalls

@@ -1,3 +1,7 @@
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include "cli.h"
@@ -30,10 +34,28 @@ int cmd_perplexity(int argc, char** argv) {
   pp.n_ctx = n_ctx;
   pp.n_threads = n_threads;
   pp.base = base ? base->m : nullptr;
+  // On a terminal, one line on stderr updated in place after each group of
+  // windows (the library's "perplexity: ..." debug messages; erased at the
+  // end); nothing when stderr is a file or a pipe.
+  const bool tty = isatty(fileno(stderr)) != 0;
+  if (tty) {
+    infer_set_log_callback(
+        [](infer_log_level, const char* msg, void*) {
+          if (std::strncmp(msg, "perplexity: ", 12) != 0) return;
+          std::fprintf(stderr, "\r%s", msg);
+          std::fflush(stderr);
+        },
+        nullptr, INFER_LOG_DEBUG);
+  }
   infer_perplexity_result r;
   std::memset(&r, 0, sizeof r);
   r.struct_size = sizeof r;
-  check(infer_perplexity(model.m, text.c_str(), &pp, &r), "computing perplexity");
+  const infer_status st = infer_perplexity(model.m, text.c_str(), &pp, &r);
+  if (tty) {
+    infer_set_log_callback(nullptr, nullptr, INFER_LOG_ERROR);
+    std::fprintf(stderr, "\r\x1b[K");  // erase the progress line
+  }
+  check(st, "computing perplexity");
   if (a.flag("--json")) {
     std::printf("{\"perplexity\": %s, \"nll\": %s, \"n_tokens\": %lld, \"n_chunks\": %d", num(r.perplexity).c_str(),
                 num(r.nll).c_str(), (long long)r.n_tokens, r.n_chunks);

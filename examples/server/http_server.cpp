@@ -758,24 +758,35 @@ void Server::route(const std::string& method, const std::string& path, Handler h
   impl_->routes.push_back(Route{method, path, std::move(h), inline_, prefix});
 }
 
-int Server::bind(const std::string& host, int port) {
+int Server::bind(const std::string& host, int port, std::string* why) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
-  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return -1;
-  int fd = -1;
+  const int gai = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (gai != 0 || !res) {
+    if (why) *why = gai != 0 ? gai_strerror(gai) : "no address";
+    return -1;
+  }
+  int fd = -1, err = 0;
   for (addrinfo* a = res; a; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) break;
+    err = errno;
     ::close(fd);
     fd = -1;
   }
   freeaddrinfo(res);
-  if (fd < 0) return -1;
+  if (fd < 0) {
+    if (why) *why = std::strerror(err);
+    return -1;
+  }
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);

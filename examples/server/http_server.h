@@ -109,8 +109,9 @@ class Server {
   // quick and never block).
   void route(const std::string& method, const std::string& path, Handler h, bool inline_ = false, bool prefix = false);
 
-  // Binds host:port (0: any free port); returns the port, or -1.
-  int bind(const std::string& host, int port);
+  // Binds host:port (0: any free port); returns the port, or -1 with the
+  // reason (e.g. "Address already in use") in *why when why is not null.
+  int bind(const std::string& host, int port, std::string* why = nullptr);
   // Starts the I/O thread and the workers.
   void start();
   // Closes the listener and every connection, waits for the workers.

@@ -15,6 +15,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -30,7 +31,9 @@ const FlagTable kServeFlags = kModelFlags + FlagTable{
     {"--host", "ADDR", "127.0.0.1", "address to listen on"},
     {"--port", "N", "8080", "port to listen on (0: any free port; the port is printed)"},
     {"--api-key", "KEY", "none ($INFER_API_KEY)", "require 'Authorization: Bearer KEY' on every endpoint but /health"},
-    {"--alias", "NAME", "the model file's name", "the model id clients see in /v1/models"},
+    {"--alias, --served-model-name", "NAME[,NAME...]", "the model file's name",
+     "the model's names (repeatable, or comma separated): the first is the id in /v1/models; a request whose 'model' is "
+     "none of them gets a 404 (model_not_found); an absent or empty 'model' means the loaded model"},
     {"--template", "NAME", "the model's own, else chatml", "chat template for /v1/chat/completions"},
     {"--chat-template-file", "FILE", "none", "a Jinja chat template to use instead of the model's (tools and tool calls need a Jinja template)"},
     {"--max-seqs, --parallel, -np", "N", "16", "sequences decoded together (and the most n per request)"},
@@ -223,11 +226,25 @@ int cmd_serve(int argc, char** argv) {
     for (int32_t i = 0; i < infer_chat_template_count(); ++i) known |= tmpl == infer_chat_template_name(i);
     if (!known) throw UsageError{"unknown chat template '" + tmpl + "'"};
   }
-  srv->model_id = a.get("--alias");
-  if (srv->model_id.empty()) {
-    const size_t slash = path.rfind('/');
-    srv->model_id = slash == std::string::npos ? path : path.substr(slash + 1);
+  for (const std::string& v : a.get_all("--served-model-name")) {
+    size_t from = 0;
+    for (;;) {
+      const size_t comma = v.find(',', from);
+      std::string name = v.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+      while (!name.empty() && std::isspace(static_cast<unsigned char>(name.front()))) name.erase(name.begin());
+      while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+      if (name.empty()) throw UsageError{"--served-model-name: empty name in '" + v + "'"};
+      if (std::find(srv->model_names.begin(), srv->model_names.end(), name) == srv->model_names.end())
+        srv->model_names.push_back(name);
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
   }
+  if (srv->model_names.empty()) {
+    const size_t slash = path.rfind('/');
+    srv->model_names.push_back(slash == std::string::npos ? path : path.substr(slash + 1));
+  }
+  srv->model_id = srv->model_names.front();
   srv->created = static_cast<int64_t>(std::time(nullptr));
 
   // Every thread from here on (HTTP pool, engine) inherits the blocked set.
@@ -294,8 +311,7 @@ int cmd_serve(int argc, char** argv) {
     r.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
   }), kInline);
   http.route("GET", "/v1/models/", keyed([&s](const http::Request& q, http::Response& r) {
-    if (!s.ready || q.match != s.model_id)
-      return send_error(r, 404, "the model '" + q.match + "' does not exist", "invalid_request_error", "model_not_found", "model");
+    if (!s.ready || !s.serves_model(q.match, /*empty_ok=*/false)) return send_model_not_found(s, r, q.match);
     r.set_content(dump(model_json(s)), "application/json");
   }), kInline, /*prefix=*/true);
   http.route("GET", "/metrics", keyed([&s](const http::Request&, http::Response& r) {
@@ -306,8 +322,9 @@ int cmd_serve(int argc, char** argv) {
   }), kInline);
 
   // Listen first: /health answers 503 while the model loads.
-  const int bound = http.bind(host, port);
-  if (bound < 0) throw ApiError{"cannot listen on " + host + ":" + std::to_string(port)};
+  std::string why;
+  const int bound = http.bind(host, port, &why);
+  if (bound < 0) throw ApiError{"cannot listen on " + host + ":" + std::to_string(port) + ": " + why};
   http.start();
   std::fprintf(stderr, "infer serve: listening on http://%s:%d (loading %s)\n", host.c_str(), bound, path.c_str());
   std::fflush(stderr);
@@ -373,7 +390,7 @@ int cmd_serve(int argc, char** argv) {
   // A trial render of a small fixed conversation: a --chat-template-file
   // that fails it is refused; the model's own template that fails it is
   // replaced by chatml, with a warning (as when it is not recognised).
-  std::string why;
+  why.clear();
   if (!trial_render(s, &why)) {
     if (!s.jinja_file_text.empty()) throw UsageError{"--chat-template-file " + tmpl_file + " fails a trial render: " + why};
     if (s.own_template) {
@@ -421,6 +438,8 @@ const Register kServeCmd{{"serve", "an OpenAI-compatible HTTP server",
                           "infer serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]", &kServeFlags,
                           "Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize, /apply-template;\n"
                           "GET /v1/models, /v1/models/{id}, /health (503 while loading), /metrics (Prometheus text).\n"
+                          "Model names: a request's 'model' must be one of the --served-model-name names (default: the\n"
+                          "model file's name), else 404 model_not_found; an absent or empty 'model' means the loaded model.\n"
                           "SIGINT/SIGTERM: requests in flight get --shutdown-timeout to finish, then are cancelled.\n"
                           "Function calling (tools, tool_choice, tool_calls, role 'tool') needs a Jinja chat template (the\n"
                           "model's, or --chat-template-file) in the Hermes/Qwen, Llama 3.x or Mistral tool-call format.",

@@ -32,7 +32,8 @@ struct Server {
   std::atomic<int> in_flight{0};  // generation requests being served
   infer_model* model = nullptr;
   infer_engine* engine = nullptr;
-  std::string model_id;
+  std::string model_id;                  // the first of model_names: the id in /v1/models
+  std::vector<std::string> model_names;  // --served-model-name (default: the model file's name)
   std::string tmpl;             // the chat template's name
   bool own_template = false;    // render with the model's own text (its variations)
   std::vector<std::string> tmpl_stops;
@@ -53,6 +54,15 @@ struct Server {
   int max_queue = 256;
   bool log_requests = false;
   serve::Metrics metrics;
+
+  // Whether a request's "model" names the served model: one of its names,
+  // or absent/empty (the loaded model, as most engines take it).
+  bool serves_model(const std::string& name, bool empty_ok = true) const {
+    if (name.empty()) return empty_ok;
+    for (const std::string& n : model_names)
+      if (n == name) return true;
+    return false;
+  }
 };
 
 inline void send_error(http::Response& res, int status, const std::string& message, const char* type,
@@ -65,6 +75,14 @@ inline void send_error(http::Response& res, int status, const std::string& messa
   e.param = param;
   res.status = status;
   res.set_content(serve::error_body(e), "application/json");
+}
+
+// 404 for a "model" the server does not serve (OpenAI's model_not_found).
+inline void send_model_not_found(const Server& srv, http::Response& res, const std::string& name) {
+  std::string served;
+  for (const std::string& n : srv.model_names) served += (served.empty() ? "'" : ", '") + n + "'";
+  send_error(res, 404, "the model '" + name + "' does not exist (this server serves " + served + ")",
+             "invalid_request_error", "model_not_found", "model");
 }
 
 inline void send_request_error(http::Response& res, const serve::RequestError& e) {

@@ -352,6 +352,7 @@ void handle_completion(Server& srv, const http::Request& req, http::Response& re
   serve::RequestError err;
   auto parsed = serve::parse_completion_request(req.body, ep, srv.limits, &err);
   if (!parsed) return send_request_error(res, err);
+  if (!srv.serves_model(parsed->model)) return send_model_not_found(srv, res, parsed->model);
   if (srv.in_flight.load() >= srv.max_queue)
     return send_error(res, 429, "too many requests in flight (--max-queue " + std::to_string(srv.max_queue) + ")",
                       "rate_limit_error", "too_many_requests");

@@ -6,6 +6,7 @@
 #include <memory>
 #include <random>
 
+#include "core/log.h"
 #include "engine/engine.h"
 
 namespace infer {
@@ -88,6 +89,9 @@ PerplexityResult perplexity(const Model& model, const std::string& text, int32_t
       res.n_tokens += static_cast<int64_t>(prompt.size()) - 1;
       ++res.n_chunks;
     }
+    // Progress, one debug message a group (the CLI shows it on a terminal).
+    log(LogLevel::Debug, "perplexity: %d/%zu windows, perplexity so far %.4f", res.n_chunks, windows.size(),
+        std::exp(nll / static_cast<double>(res.n_tokens)));
   }
   res.nll = nll / static_cast<double>(res.n_tokens);
   res.perplexity = std::exp(res.nll);
