@@ -202,6 +202,59 @@ async function main() {
       typeof JSON.parse(tc[0].function.arguments).location === "string", r);
   });
 
+  // runTools end to end against `infer synth --preset tiny-chat` (random
+  // weights, a byte-level BPE vocabulary and its own ChatML template with
+  // tools): the client forces a call of its function, the grammar makes the
+  // model write it, and the runner parses it and calls the function, all
+  // within 64 tokens. The city is an enum: a random model's free string has
+  // no reason to end (its closing quote is one token among hundreds), which
+  // no grammar can fix honestly; whitespace, which the grammar does bound, was
+  // what used to eat the budget.
+  check("the tiny-chat server's URL is given (CHAT_BASE_URL)", !!process.env.CHAT_BASE_URL);
+  if (process.env.CHAT_BASE_URL) {
+    const chatClient = new OpenAI({ baseURL: process.env.CHAT_BASE_URL, apiKey: process.env.API_KEY, maxRetries: 0, timeout: 120000 });
+    const params = { type: "object", properties: { city: { type: "string", enum: ["Paris", "Rome", "Tokyo", "Lima"] } },
+      required: ["city"], additionalProperties: false };
+    // The whitespace the JSON grammars allow between tokens: one space or
+    // tab, or a newline and at most 16 spaces (no runs of blank lines).
+    const gaps = (text) => {
+      let t = text.replace(/"(?:[^"\\]|\\.)*"/g, '""');  // strings' contents are not gaps
+      if ((t.match(/"/g) || []).length % 2) t = t.slice(0, t.lastIndexOf('"'));  // nor an unfinished one's (max_tokens)
+      return t.match(/[ \t\r\n]+/g) || [];
+    };
+    const badGap = (g) => !/^(?:[ \t]|\n {0,16})$/.test(g);
+    await attempt("tiny-chat: json_schema and json_object whitespace", async () => {
+      const bad = [];
+      for (const seed of [1, 2, 3, 4]) {
+        for (const response_format of [{ type: "json_schema", json_schema: { name: "w", schema: params, strict: true } },
+          { type: "json_object" }]) {
+          const r = await chatClient.chat.completions.create({ model: "tiny-chat.gguf", max_tokens: 64, temperature: 1, seed,
+            messages: [{ role: "user", content: "Answer in JSON." }], response_format });
+          const text = r.choices[0].message.content;
+          if (gaps(text).some(badGap)) bad.push({ seed, type: response_format.type, text });
+        }
+      }
+      check("tiny-chat: JSON output has no whitespace runs between tokens (one space, or a newline and an indent)", bad.length === 0, bad);
+    });
+    for (const [temperature, seed] of [[0, 1], [1, 1], [1, 2], [1, 3], [1, 4]]) {
+      await attempt(`runTools (temperature ${temperature}, seed ${seed})`, async () => {
+        const got = [];
+        const runner = chatClient.chat.completions.runTools({ model: "tiny-chat.gguf", max_tokens: 64, temperature, seed,
+          messages: [{ role: "user", content: "What is the weather in Paris?" }],
+          tool_choice: { type: "function", function: { name: "get_weather" } },
+          tools: [{ type: "function", function: { name: "get_weather", description: "Current weather in a city", parameters: params,
+            parse: JSON.parse, function: async (args) => { got.push(args); return { city: args.city, celsius: 21 }; } } }] });
+        await runner.done();
+        const done = runner.allChatCompletions();
+        const c = done[0];
+        check(`runTools (temperature ${temperature}, seed ${seed}): one forced call, within 64 tokens, the function called with valid arguments`,
+          done.length === 1 && c.choices[0].finish_reason === "tool_calls" && c.usage.completion_tokens <= 64 &&
+          got.length === 1 && validate(params, got[0]) && Object.keys(got[0]).join() === "city",
+          { completions: done.map((x) => ({ finish: x.choices[0].finish_reason, usage: x.usage, message: x.choices[0].message })), got });
+      });
+    }
+  }
+
   console.log(`${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }

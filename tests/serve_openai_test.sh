@@ -2,7 +2,9 @@
 # The npm `openai` client library against `infer serve` on loopback:
 # completions, chat, streaming with usage, n > 1, stop, logprobs, json_schema
 # output that parses and validates, a cancelled stream, an API-key failure,
-# and function calling (tools) against a second server with a Qwen2.5 template.
+# function calling (tools) against a second server with a Qwen2.5 template,
+# and runTools (a forced call within 64 tokens) against a third server on a
+# model that `infer synth --preset tiny-chat` writes (its own template).
 #
 #   serve_openai_test.sh PATH_TO_INFER WORK_DIR
 #
@@ -64,13 +66,37 @@ TPORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$TLOG" | hea
 if [ -z "$TPORT" ] || ! grep -q "ready:" "$TLOG"; then
   echo "FAIL - the server with a chat template did not start"; cat "$TLOG"; exit 1
 fi
-BASE_URL="http://127.0.0.1:$PORT/v1" TOOLS_BASE_URL="http://127.0.0.1:$TPORT/v1" API_KEY="$KEY" timeout 300 node "$WORK/client.cjs"
+# A third server on a model made here: `infer synth --preset tiny-chat`
+# (random weights with a byte-level BPE vocabulary and a ChatML template with
+# tools in its metadata), for runTools with its own template.
+CHAT_MODEL=$WORK/tiny-chat.gguf
+if ! "$INFER" synth --preset tiny-chat --type f32 -o "$CHAT_MODEL" >"$WORK/synth.log" 2>&1; then
+  echo "FAIL - infer synth --preset tiny-chat"; cat "$WORK/synth.log"; exit 1
+fi
+CLOG=$(mktemp "${TMPDIR:-/tmp}/infer-serve-openai-chat.XXXXXX")
+"$INFER" serve -m "$CHAT_MODEL" --port 0 --api-key "$KEY" 2>"$CLOG" &
+CPID=$!
+trap 'kill $PID $TPID $CPID 2>/dev/null; wait $PID $TPID $CPID 2>/dev/null; rm -f "$LOG" "$TLOG" "$CLOG"' EXIT
+for _ in $(seq 1 600); do
+  grep -q "ready:" "$CLOG" && break
+  kill -0 $CPID 2>/dev/null || break
+  sleep 0.1
+done
+CPORT=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$CLOG" | head -n 1)
+if [ -z "$CPORT" ] || ! grep -q "ready:.*tool calls: hermes" "$CLOG"; then
+  echo "FAIL - the server on the tiny-chat model did not start with its template's tool calls"; cat "$CLOG"; exit 1
+fi
+BASE_URL="http://127.0.0.1:$PORT/v1" TOOLS_BASE_URL="http://127.0.0.1:$TPORT/v1" CHAT_BASE_URL="http://127.0.0.1:$CPORT/v1" \
+  API_KEY="$KEY" timeout 300 node "$WORK/client.cjs"
 rc=$?
-kill -TERM $PID $TPID
+kill -TERM $PID $TPID $CPID
 wait $PID
 src=$?
 wait $TPID
 tsrc=$?
+wait $CPID
+csrc=$?
 if [ $src -ne 0 ]; then echo "FAIL - the server exited $src after SIGTERM"; tail -n 20 "$LOG"; rc=1; fi
 if [ $tsrc -ne 0 ]; then echo "FAIL - the tools server exited $tsrc after SIGTERM"; tail -n 20 "$TLOG"; rc=1; fi
+if [ $csrc -ne 0 ]; then echo "FAIL - the tiny-chat server exited $csrc after SIGTERM"; tail -n 20 "$CLOG"; rc=1; fi
 exit $rc

@@ -98,6 +98,40 @@ TEST_CASE("grammar: JSON object grammar accepts JSON objects only", "[grammar]")
   CHECK(prefix_ok(g, "{\"ke"));
 }
 
+TEST_CASE("grammar: JSON grammars allow one space or one newline with a bounded indent between tokens", "[grammar]") {
+  // A model steered by the grammar must not be able to spend its tokens on
+  // whitespace: between two JSON tokens at most one space, or one newline
+  // followed by at most 16 spaces (2-space pretty printing, 8 levels deep).
+  const std::string schema = R"({"type": "object", "properties": {"a": {"type": "integer"},
+      "b": {"type": "array", "items": {"enum": [true, null]}}, "c": {"type": "object", "properties": {"d": {"type": "string"}}}},
+    "required": ["a", "b", "c"]})";
+  const std::string obj = R"({"a":1,"b":[],"c":{"d":""}})";
+  for (const std::string& g : {json_object_gbnf(), json_schema_to_gbnf(schema)}) {
+    INFO(g);
+    // Compact, one space, and 2-space pretty printing all still match.
+    CHECK(full_match(g, R"({"a":1,"b":[true,null],"c":{"d":"x"}})"));
+    CHECK(full_match(g, R"({"a": 1, "b": [true, null], "c": {"d": "x"}})"));
+    CHECK(full_match(g, R"( { "a" : 1 , "b" : [ true , null ] , "c" : { "d" : "x" } } )"));
+    CHECK(full_match(g, "{\n  \"a\": 1,\n  \"b\": [\n    true,\n    null\n  ],\n  \"c\": {\n    \"d\": \"x\"\n  }\n}\n"));
+    // Runs are refused: several newlines, several spaces, a newline after a
+    // space, an indent deeper than 16, before the object and after it.
+    CHECK_FALSE(full_match(g, "{\n\n\n\"a\":1,\"b\":[],\"c\":{\"d\":\"\"}}"));
+    CHECK_FALSE(full_match(g, "{   \"a\" :1,\"b\":[],\"c\":{\"d\":\"\"}}"));
+    CHECK_FALSE(full_match(g, "{\"a\"  :1,\"b\":[],\"c\":{\"d\":\"\"}}"));
+    CHECK_FALSE(full_match(g, "{\"a\": \n1,\"b\":[],\"c\":{\"d\":\"\"}}"));
+    CHECK_FALSE(full_match(g, "{\"a\":1,\"b\":[\t\ttrue],\"c\":{\"d\":\"\"}}"));
+    CHECK(prefix_ok(g, "{\n" + std::string(16, ' ')));
+    CHECK_FALSE(prefix_ok(g, "{\n" + std::string(17, ' ')));
+    CHECK_FALSE(prefix_ok(g, " \n\n\n{"));
+    CHECK_FALSE(prefix_ok(g, "  {"));
+    CHECK(full_match(g, obj + "\n"));
+    CHECK_FALSE(prefix_ok(g, obj + "\n\n"));
+    CHECK_FALSE(prefix_ok(g, obj + "  "));
+  }
+  // A string's characters are not whitespace between tokens: any run inside one.
+  CHECK(full_match(json_object_gbnf(), "{\"a\":\"   x   \"}"));
+}
+
 TEST_CASE("grammar: JSON schema to GBNF", "[grammar]") {
   const std::string schema = R"({"type": "object", "properties": {
       "name": {"type": "string", "maxLength": 5},

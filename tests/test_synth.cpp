@@ -4,6 +4,7 @@
 // and the output depends on the seed alone.
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,8 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/jinja.h"
 #include "tools/synth.h"
 #include "test_util.h"
 
@@ -215,4 +218,103 @@ TEST_CASE("synth: the output depends on the seed alone", "[synth]") {
   CHECK(ra.tokens == ra2.tokens);  // greedy generation repeats
   CHECK(ra.logits == ra2.logits);
   CHECK(ra.logits != rc.logits);   // another seed, another model
+}
+
+TEST_CASE("synth: tiny-chat carries a byte-level BPE vocabulary and a ChatML template with tools", "[synth]") {
+  const SynthPreset* p = find_synth_preset("tiny-chat");
+  REQUIRE(p);
+  const std::string path = infer_test::temp_dir() + "/tiny-chat.gguf";
+  SynthOptions o;
+  o.type = DType::F32;
+  write_synth_model(*p, path, o);
+  std::unique_ptr<Model> m = Model::load(path);
+  CHECK(m->config().arch == "qwen2");
+  CHECK(m->config().n_ctx_train == 4096);
+  CHECK(m->config().n_vocab == 1024);
+  const Tokenizer& tok = m->tokenizer();
+  const Vocab& v = tok.vocab();
+  CHECK(v.model == "gpt2");
+  CHECK(v.pre == "stablelm2");  // Qwen2's split, without its NFC normalization
+  CHECK_FALSE(v.add_bos);
+  REQUIRE(v.eos >= 0);
+  CHECK(v.tokens[static_cast<size_t>(v.eos)] == "<|im_end|>");
+  CHECK(tok.is_eog(v.eos));
+
+  // Any UTF-8 text (and any bytes) comes back from encode + decode.
+  std::vector<std::string> texts = {"hello synthetic world", "  leading and trailing  ", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xE4\xB8\xAD\xE6\x96\x87",
+                                    "tabs\tand\nnewlines\r\n\n\n", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+                                    std::string("\x00\x01\xff\xfe bad \xC3", 13)};
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {  // random code points of every UTF-8 length
+    std::string t;
+    const int n = 1 + static_cast<int>(rng() % 12);
+    for (int k = 0; k < n; ++k) {
+      uint32_t cp = 0;
+      switch (rng() % 4) {
+        case 0: cp = 0x20 + rng() % 0x5F; break;
+        case 1: cp = 0x80 + rng() % 0x780; break;
+        case 2: cp = 0x800 + rng() % 0xF800; break;
+        default: cp = 0x10000 + rng() % 0x100000; break;
+      }
+      if (cp >= 0xD800 && cp <= 0xDFFF) cp = ' ';
+      if (cp < 0x80) {
+        t += static_cast<char>(cp);
+      } else if (cp < 0x800) {
+        t += static_cast<char>(0xC0 | (cp >> 6));
+        t += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        t += static_cast<char>(0xE0 | (cp >> 12));
+        t += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        t += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        t += static_cast<char>(0xF0 | (cp >> 18));
+        t += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        t += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        t += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+    }
+    texts.push_back(t);
+  }
+  for (const std::string& s : texts) {
+    INFO(s);
+    const std::vector<int32_t> ids = tok.encode(s, false);
+    for (int32_t id : ids) CHECK((id >= 0 && id < m->config().n_vocab));
+    CHECK(tok.decode(ids, false) == s);
+  }
+  // The merges make chat and tool-call text short (under half a token per byte).
+  const std::string call = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+  CHECK(tok.encode(call, false).size() * 2 < call.size());
+  CHECK(tok.encode(" the weather in the city", false).size() <= 5);
+  // The special tokens are single tokens when parsed as such, and control
+  // tokens do not render as text.
+  const std::vector<int32_t> turn = tok.encode("<|im_start|>user\nhi<|im_end|>", false, true);
+  REQUIRE(turn.size() >= 3);
+  CHECK(v.tokens[static_cast<size_t>(turn.front())] == "<|im_start|>");
+  CHECK(turn.back() == v.eos);
+  CHECK(tok.decode(turn, false) == "user\nhi");
+  CHECK(tok.encode("<tool_call>", false, true).size() == 1);
+
+  // The chat template: ChatML, with tools in the system turn and calls and
+  // results rendered back.
+  REQUIRE(!v.chat_template.empty());
+  CHECK(chat_template_detect(v.chat_template).name == "chatml");
+  const ChatSpecials sp{"<|endoftext|>", "<|im_end|>"};
+  CHECK(chat_render_jinja(v.chat_template, {{"system", "Be brief."}, {"user", "hi"}}, true, sp) ==
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  const jinja::Value ctx = jinja::Value::from_json(R"({"add_generation_prompt": true,
+    "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+    "messages": [{"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": {"name": "get_weather",
+        "arguments": {"city": "Paris"}}}]},
+      {"role": "tool", "content": "{\"temp\": 22}"}]})");
+  const std::string r = chat_render_jinja(v.chat_template, ctx, sp);
+  INFO(r);
+  CHECK(r.rfind("<|im_start|>system\n", 0) == 0);
+  CHECK(r.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\"") != std::string::npos);
+  CHECK(r.find("<|im_start|>user\nWeather in Paris?<|im_end|>\n") != std::string::npos);
+  CHECK(r.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n") !=
+        std::string::npos);
+  CHECK(r.find("<|im_start|>user\n<tool_response>\n{\"temp\": 22}\n</tool_response><|im_end|>\n<|im_start|>assistant\n") !=
+        std::string::npos);
 }

@@ -404,6 +404,17 @@ inline void load_draft(const Args& a, infer_engine_params& ep, DraftModel& draft
   ep.draft_model = draft.m;
 }
 
+// -c above the context the model was trained with is allowed (the KV cache
+// holds it; RoPE positions past the trained range may degrade the output):
+// a warning on stderr names both numbers. `cmd`: "run", "chat", "serve".
+inline void warn_context_over_trained(const char* cmd, int32_t n_ctx, const infer_model_info& info) {
+  if (info.n_ctx_train > 0 && n_ctx > info.n_ctx_train)
+    std::fprintf(stderr,
+                 "infer %s: warning: -c %d is above the model's trained context of %d tokens; output past %d tokens may "
+                 "degrade\n",
+                 cmd, static_cast<int>(n_ctx), static_cast<int>(info.n_ctx_train), static_cast<int>(info.n_ctx_train));
+}
+
 // --spec and friends; `layers` keeps the layer list alive until the engine
 // is created (it copies it). --draft loads its model into `draft` (call it
 // after every other argument is checked).

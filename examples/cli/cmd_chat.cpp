@@ -137,6 +137,7 @@ int cmd_chat(int argc, char** argv) {
   infer_model_info_init(&info);
   check(infer_model_get_info(model.m, &info), "reading model info");
   const size_t n_ctx = static_cast<size_t>(ep.n_ctx > 0 ? ep.n_ctx : info.n_ctx_train);
+  warn_context_over_trained("chat", ep.n_ctx, info);
 
   const bool interactive = isatty(STDIN_FILENO) != 0;
   const bool quiet = a.flag("--quiet");

@@ -100,7 +100,7 @@ int cmd_quantize(int argc, char** argv) {
 }
 
 const FlagTable kSynthFlags = {
-    {"--preset", "NAME", nullptr, "model shape and architecture, e.g. tinyllama-1.1b, qwen2.5-0.5b, gemma2-2b, tiny-qwen3 (--list: all)"},
+    {"--preset", "NAME", nullptr, "model shape and architecture, e.g. tinyllama-1.1b, qwen2.5-0.5b, gemma2-2b, tiny-qwen3, tiny-chat (tiny, with a chat vocabulary and template; --list: all)"},
     {"--type", "TYPE", "f16", "weight format (as for quantize)"},
     {"--grow-from", "SMALL.gguf", nullptr,
      "embed this small llama model in the preset's shape (the same function, zero padded), then add --noise"},

@@ -85,6 +85,7 @@ int cmd_run(int argc, char** argv) {
   infer_model_info_init(&info);
   check(infer_model_get_info(model.m, &info), "reading model info");
   const int32_t n_ctx = ep.n_ctx > 0 ? ep.n_ctx : info.n_ctx_train;
+  warn_context_over_trained("run", n_ctx, info);
 
   infer_request_params rp;
   infer_request_params_init(&rp);

@@ -350,6 +350,7 @@ int cmd_serve(int argc, char** argv) {
   infer_model_info_init(&info);
   check(infer_model_get_info(s.model, &info), "reading model info");
   s.n_ctx = ep.n_ctx > 0 ? ep.n_ctx : info.n_ctx_train;
+  warn_context_over_trained("serve", s.n_ctx, info);
   s.n_vocab = info.n_vocab;
   if (!s.jinja_file_text.empty()) {
     s.tmpl = "jinja";

@@ -127,8 +127,12 @@ std::string gbnf_literal(const std::string& s) {
   return o + "\"";
 }
 
-// The shared rules every JSON grammar uses. Whitespace between tokens is
-// limited so that a model cannot stall in it forever.
+// The shared rules every JSON grammar uses. Whitespace between two tokens
+// is at most one space or tab, or one newline and an indent of at most 16
+// spaces (2-space pretty printing 8 levels deep): compact and pretty JSON
+// both match, and a model steered by the grammar cannot spend its tokens on
+// runs of blank lines or spaces (every value ends in one `ws`, and every
+// place that takes whitespace takes exactly one `ws`).
 const char* kJsonBase =
     "value ::= object | array | string | number | boolean | null\n"
     "object ::= \"{\" ws ( string \":\" ws value ( \",\" ws string \":\" ws value )* )? \"}\" ws\n"
@@ -139,7 +143,7 @@ const char* kJsonBase =
     "number ::= \"-\"? ( [0-9] | [1-9] [0-9]{1,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )? ws\n"
     "boolean ::= ( \"true\" | \"false\" ) ws\n"
     "null ::= \"null\" ws\n"
-    "ws ::= [ \\t\\n]{0,4}\n";
+    "ws ::= ( [ \\t] | \"\\n\" \" \"{0,16} )?\n";
 
 // A JSON schema `pattern` (an ECMA-262 regular expression, the subset that
 // can be written as a context-free grammar: literals, escapes \d \w \s \D \W

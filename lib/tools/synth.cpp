@@ -10,10 +10,12 @@
 #include "gguf/gguf_stream.h"
 #include "quant/formats.h"
 #include "tools/quantize.h"
+#include "tokenizer/unicode.h"
 #include "quant/dequant.h"
 
 #include <functional>
 #include <memory>
+#include <set>
 
 namespace infer {
 
@@ -112,6 +114,14 @@ const std::vector<SynthPreset>& synth_presets() {
       p.attn_softcap = 4.0f;
       p.final_softcap = 6.0f;
     });
+    add(tiny("tiny-chat", "qwen2"), [](SynthPreset& p) {
+      p.rope_base = 1000000.0f;
+      p.rms_eps = 1e-6f;
+      p.n_vocab = 1024;
+      p.n_ctx = 4096;
+      p.tied = true;
+      p.chatml_bpe = true;
+    });
     add(tiny("mixtral-tiny", "llama"), [](SynthPreset& p) {
       p.n_expert = 4;
       p.n_expert_used = 2;
@@ -182,6 +192,104 @@ void synth_vocab(int n_vocab, std::vector<std::string>& tokens, std::vector<floa
   scores.assign(static_cast<size_t>(n_vocab), 0.0f);
   for (int i = 0; i < n_vocab; ++i) scores[i] = types[i] == 1 ? -static_cast<float>(i) : 0.0f;
 }
+
+// Words the chatml_bpe vocabulary spells in few tokens, as the qwen2
+// pre-tokenizer cuts text: common English words (with their leading space),
+// the pieces of chat turns, JSON and tool calls, and runs of spaces.
+const char* const kBpeWords[] = {
+    " the", " a", " and", " to", " of", " in", " is", " you", " it", " that", " was", " for", " on", " are",
+    " with", " as", " be", " at", " have", " this", " from", " or", " one", " had", " by", " but", " not",
+    " what", " all", " were", " we", " when", " your", " can", " said", " there", " an", " each", " which",
+    " she", " he", " do", " how", " their", " if", " will", " up", " about", " out", " many", " then",
+    " them", " so", " some", " her", " would", " make", " like", " him", " into", " time", " has", " look",
+    " two", " more", " go", " see", " no", " way", " could", " my", " than", " first", " been", " call",
+    " who", " its", " now", " find", " long", " down", " day", " did", " get", " come", " made", " may",
+    " help", " tell", " story", " weather", " city", " today", " hello", " world", " I", " Once", " upon",
+    "The", "You", "What", "Hello", "Weather", "system", "user", "assistant", "tool", "_call", "_response",
+    "{\"", "\":", " \"", "\",", "\"}", "}}", "\"}}", " {\"", " [", "],", "\n", "\n\n", "name", "arguments",
+    "get", "_weather", "city", "location", "Paris", "Rome", "Tokyo", "Lima", "unit", "celsius",
+    "fahrenheit", "true", "false", "null", "type", "function", "object", "string", "integer", "number",
+    "properties", "required", "description", "enum", "tools", "<tools>", "</tools>", "                ",
+};
+
+}  // namespace
+
+SynthBpeVocab synth_chatml_bpe_vocab(int n_vocab) {
+  static const char* const kSpecial[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"};
+  constexpr int kNumSpecial = 5;
+  if (n_vocab < 256 + kNumSpecial) raise(Status::InvalidArgument, "synth: a byte-level BPE vocabulary needs at least %d tokens", 256 + kNumSpecial);
+  SynthBpeVocab v;
+  std::set<std::string> have;
+  for (int b = 0; b < 256; ++b) {
+    v.tokens.emplace_back(byte_to_unicode(static_cast<uint8_t>(b)));
+    have.insert(v.tokens.back());
+  }
+  const size_t room = static_cast<size_t>(n_vocab - kNumSpecial);
+  // One merge per new token: the token so far plus the next byte.
+  auto add_word = [&](const std::string& word) {
+    std::string sofar(byte_to_unicode(static_cast<uint8_t>(word[0])));
+    for (size_t i = 1; i < word.size() && v.tokens.size() < room; ++i) {
+      const std::string next(byte_to_unicode(static_cast<uint8_t>(word[i])));
+      const std::string joined = sofar + next;
+      if (have.insert(joined).second) {
+        v.merges.push_back(sofar + " " + next);
+        v.tokens.push_back(joined);
+      }
+      sofar = joined;
+    }
+  };
+  for (const char* w : kBpeWords) add_word(w);
+  for (const char* lead : {"", " "})
+    for (char a = 'a'; a <= 'z'; ++a)
+      for (char b = 'a'; b <= 'z'; ++b) add_word(std::string(lead) + a + b);
+  if (v.tokens.size() < room) raise(Status::InvalidArgument, "synth: a byte-level BPE vocabulary of at most %zu tokens can be built", v.tokens.size() + kNumSpecial);
+  v.types.assign(v.tokens.size(), 1);
+  for (int i = 0; i < kNumSpecial; ++i) {
+    v.tokens.push_back(kSpecial[i]);
+    v.types.push_back(i < 3 ? 3 : 4);  // control; <tool_call> </tool_call> are user-defined (plain text)
+  }
+  return v;
+}
+
+// ChatML (<|im_start|>ROLE\nTEXT<|im_end|>\n) with tools: their JSON
+// signatures go in the system turn, calls are {"name": ..., "arguments": ...}
+// between <tool_call> tags, tool results come back in a user turn between
+// <tool_response> tags.
+const char* synth_chatml_template() {
+  return "{%- if tools %}\n"
+         "{{- '<|im_start|>system\\n' }}\n"
+         "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}\n"
+         "{{- '# Tools\\n\\nThese functions can be called; their signatures, one per line:\\n<tools>' }}\n"
+         "{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}\n"
+         "{{- '\\n</tools>\\n\\nTo call one, write its name and arguments as a JSON object between the tags "
+         "<tool_call> and </tool_call>:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n"
+         "</tool_call><|im_end|>\\n' }}\n"
+         "{%- elif messages[0].role == 'system' %}\n"
+         "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n"
+         "{%- endif %}\n"
+         "{%- for message in messages %}\n"
+         "{%- if message.role == 'system' %}\n"
+         "{%- if not loop.first %}{{- '<|im_start|>system\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}\n"
+         "{%- elif message.role == 'assistant' %}\n"
+         "{{- '<|im_start|>assistant' }}\n"
+         "{%- if message.content %}{{- '\\n' + message.content }}{%- endif %}\n"
+         "{%- if message.tool_calls %}{%- for tc in message.tool_calls %}\n"
+         "{%- if tc.function is defined %}{%- set tc = tc.function %}{%- endif %}\n"
+         "{{- '\\n<tool_call>\\n{\"name\": ' + (tc.name | tojson) + ', \"arguments\": ' + (tc.arguments | tojson) + '}\\n</tool_call>' }}\n"
+         "{%- endfor %}{%- endif %}\n"
+         "{{- '<|im_end|>\\n' }}\n"
+         "{%- elif message.role == 'tool' %}\n"
+         "{%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}\n"
+         "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}\n"
+         "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}\n"
+         "{%- else %}\n"
+         "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}\n"
+         "{%- endif %}\n"
+         "{%- endfor %}\n"
+         "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}\n";
+}
+
+namespace {
 
 struct Tensor {
   std::string name;
@@ -257,17 +365,35 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
     w.set(a + ".expert_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_expert)));
     w.set(a + ".expert_used_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_expert_used)));
   }
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  synth_vocab(p.n_vocab, tokens, scores, types);
-  w.set("tokenizer.ggml.model", GgufValue::make_string("llama"));
-  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(tokens));
-  w.set("tokenizer.ggml.scores", GgufValue::make_f32_array(scores));
-  w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
-  w.set("tokenizer.ggml.bos_token_id", GgufValue::make_u32(1));
-  w.set("tokenizer.ggml.eos_token_id", GgufValue::make_u32(2));
-  w.set("tokenizer.ggml.unknown_token_id", GgufValue::make_u32(0));
+  if (p.chatml_bpe) {
+    // Qwen2.5's layout: no BOS added, <|endoftext|> pads, <|im_end|> ends a turn.
+    const SynthBpeVocab v = synth_chatml_bpe_vocab(p.n_vocab);
+    const uint32_t endoftext = static_cast<uint32_t>(p.n_vocab - 5), im_end = endoftext + 2;
+    w.set("tokenizer.ggml.model", GgufValue::make_string("gpt2"));
+    // Qwen2's pre-tokenizer split without its NFC normalization ("stablelm2"
+    // names that), so that any text decodes back byte for byte.
+    w.set("tokenizer.ggml.pre", GgufValue::make_string("stablelm2"));
+    w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(v.tokens));
+    w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(v.types));
+    w.set("tokenizer.ggml.merges", GgufValue::make_string_array(v.merges));
+    w.set("tokenizer.ggml.bos_token_id", GgufValue::make_u32(endoftext));
+    w.set("tokenizer.ggml.eos_token_id", GgufValue::make_u32(im_end));
+    w.set("tokenizer.ggml.padding_token_id", GgufValue::make_u32(endoftext));
+    w.set("tokenizer.ggml.add_bos_token", GgufValue::make_bool(false));
+    w.set("tokenizer.chat_template", GgufValue::make_string(synth_chatml_template()));
+  } else {
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    synth_vocab(p.n_vocab, tokens, scores, types);
+    w.set("tokenizer.ggml.model", GgufValue::make_string("llama"));
+    w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(tokens));
+    w.set("tokenizer.ggml.scores", GgufValue::make_f32_array(scores));
+    w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
+    w.set("tokenizer.ggml.bos_token_id", GgufValue::make_u32(1));
+    w.set("tokenizer.ggml.eos_token_id", GgufValue::make_u32(2));
+    w.set("tokenizer.ggml.unknown_token_id", GgufValue::make_u32(0));
+  }
   write_quant_metadata(w, o.type, QuantMethod::Rtn);
 
   const float s_in = p.weight_std, s_out = p.weight_std / std::sqrt(2.0f * static_cast<float>(p.n_layer));

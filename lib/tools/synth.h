@@ -22,6 +22,15 @@
 //   tiny-llama3, tiny-mistral, tiny-qwen2, tiny-qwen3, tiny-phi3, tiny-gemma, tiny-gemma2: each
 //   architecture with every particular switched on (llama3 rope, window 20, biases, q/k norm with
 //   heads of 32, long-rope factors, MQA, alternating windows and soft-caps small enough to bite).
+//   tiny-chat       qwen2   tiny-qwen2's shape with a trained context of 4096 and what a chat model
+//                           carries: a byte-level BPE vocabulary of 1024 (Qwen2.5's layout: the 256
+//                           bytes in GPT-2's alphabet, merges, then <|endoftext|> <|im_start|>
+//                           <|im_end|> <tool_call> </tool_call>; eos <|im_end|>, no BOS; Qwen2's
+//                           pre-tokenizer split without its NFC normalization, so any text
+//                           round-trips) and a ChatML
+//                           chat template with tools (Hermes-style <tool_call> JSON), written here.
+//                           Its output is noise, but `infer serve` and clients can run chats and
+//                           tool calls against it end to end.
 //   mixtral-tiny    llama   tiny's shape (test std and norms) with a mixture of 4 experts of ffn 160, top-2
 //                           (tests/ref/moe_ref.py checks our logits on it)
 //
@@ -64,9 +73,22 @@ struct SynthPreset {
   float weight_std = 0.02f;
   bool random_norms = false;   // norms 1 + U(+-0.2), biases and rope factors random
   int n_expert = 0, n_expert_used = 0;  // mixture of experts (llama: Mixtral's layout); 0: a dense FFN
+  bool chatml_bpe = false;     // byte-level BPE vocabulary and a ChatML template with tools (synth_chatml_bpe_vocab)
 };
 
 const std::vector<SynthPreset>& synth_presets();
+// The vocabulary of the chatml_bpe presets, n_vocab tokens (at least 261):
+// the 256 bytes in GPT-2's byte-level alphabet (token i is byte i), merges
+// that build common English words, JSON and tool-call pieces and runs of
+// spaces (then letter pairs while room is left), and last the five special
+// tokens. Every text tokenizes (any byte is a token) and decodes back.
+struct SynthBpeVocab {
+  std::vector<std::string> tokens, merges;
+  std::vector<int32_t> types;
+};
+SynthBpeVocab synth_chatml_bpe_vocab(int n_vocab);
+// The Jinja chat template of the chatml_bpe presets (ChatML with tools).
+const char* synth_chatml_template();
 const SynthPreset* find_synth_preset(const std::string& name);
 
 struct SynthOptions {
