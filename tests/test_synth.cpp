@@ -241,9 +241,10 @@ TEST_CASE("synth: tiny-chat carries a byte-level BPE vocabulary and a ChatML tem
   CHECK(tok.is_eog(v.eos));
 
   // Any UTF-8 text (and any bytes) comes back from encode + decode.
+  static constexpr char kBadBytes[] = "\x00\x01\xff\xfe bad \xC3";  // a NUL, invalid UTF-8, a cut sequence
   std::vector<std::string> texts = {"hello synthetic world", "  leading and trailing  ", "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 \xE4\xB8\xAD\xE6\x96\x87",
                                     "tabs\tand\nnewlines\r\n\n\n", "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
-                                    std::string("\x00\x01\xff\xfe bad \xC3", 13)};
+                                    std::string(kBadBytes, sizeof kBadBytes - 1)};
   std::mt19937 rng(7);
   for (int i = 0; i < 200; ++i) {  // random code points of every UTF-8 length
     std::string t;
