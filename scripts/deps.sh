@@ -11,6 +11,9 @@ if [ "${1:-}" = "--test" ]; then
   # bindings are tested with pytest, cargo (Rust 1.63) and go (1.19); the ABI
   # is compared with libabigail's abidiff.
   pkgs+=(clang libclang-rt-14-dev python3-pytest python3-numpy python3-jinja2 cargo golang-go abigail-tools)
+  # The Python package is installed offline into fresh venvs (pip install
+  # --no-build-isolation: the consumer_python_pip test, scripts/consumer-check.sh).
+  pkgs+=(python3-venv python3-pip python3-setuptools python3-wheel)
   # infer serve is checked with the npm `openai` client library, installed by
   # the test itself with Debian's npm (a node that brings its own npm is kept).
   command -v npm >/dev/null 2>&1 || pkgs+=(nodejs npm)

@@ -129,7 +129,7 @@ else
 fi
 echo "== fresh-check: running ${cmd[*]} in the fresh root"
 env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-  LANG=C.UTF-8 TERM="${TERM:-dumb}" CI="${CI:-}" \
+  LANG=C.UTF-8 TERM="${TERM:-dumb}" CI="${CI:-}" INFER_FRESH_ROOT=1 \
   ${NODE_EXTRA_CA_CERTS:+NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt} \
   ${INFER_FUZZ_SECONDS:+INFER_FUZZ_SECONDS=$INFER_FUZZ_SECONDS} \
   chroot "$rootfs" /bin/bash -c 'cd /src/main && exec "$@"' bash "${cmd[@]}"

@@ -8,8 +8,11 @@
 #                             AddressSanitizer + UndefinedBehaviorSanitizer,
 #                             short libFuzzer runs of every parser and of C API
 #                             call sequences, and the threaded and server tests
-#                             under ThreadSanitizer: what .ci/run runs, on a
-#                             fresh Debian 12 root (scripts/fresh-check.sh test).
+#                             under ThreadSanitizer, and last the fresh-root
+#                             consumer checks (scripts/consumer-check.sh: the
+#                             installed library, pip install, Go, Rust, the
+#                             installed CLI): what .ci/run runs, on a fresh
+#                             Debian 12 root (scripts/fresh-check.sh test).
 #
 # The end prints each stage's wall time.
 set -euo pipefail
@@ -51,7 +54,10 @@ rm -rf "$root/build-plain"
 stage "release build and tests"
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$jobs"
-ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
+# -LE slow: consumer_python_pip (pip builds libinfer once more) is left to
+# scripts/consumer-check.sh, the last stage of --all; run it alone with
+# ctest --test-dir build -L slow.
+ctest --test-dir "$root/build" --output-on-failure -j "$jobs" -LE slow
 if [ "$all" = 0 ]; then
   finish
   echo "release tests passed (./scripts/test.sh --all adds the sanitizers, fuzzers and TSan)"
@@ -63,7 +69,7 @@ cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInf
   -DINFER_CUDA=OFF -DINFER_BENCH=OFF >/dev/null
 cmake --build "$root/build-asan" -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs"
+  ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -LE slow
 
 stage "fuzzing the GGUF parser (${INFER_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -113,5 +119,17 @@ cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInf
 cmake --build "$root/build-tsan" -j "$jobs" --target infer_tests infer_cli
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/build-tsan" --output-on-failure \
   -j "$jobs" -R "thread|^serve_tests$|^serve_hostile_tests$"
+
+stage "fresh-root consumer checks"
+# The release build installed, then used as a new user would: pip install into
+# a new venv, an outside Go module, the Rust example through pkg-config, the
+# installed CLI from /. In the fresh root (.ci/run, scripts/fresh-check.sh) it
+# installs into /usr/local with nothing set; elsewhere into a prefix under
+# build/, so that a developer's /usr/local is left alone.
+if [ "${INFER_FRESH_ROOT:-0}" = 1 ]; then
+  "$root/scripts/consumer-check.sh" --build-dir "$root/build"
+else
+  "$root/scripts/consumer-check.sh" --build-dir "$root/build" --prefix "$root/build/consumer-check-prefix"
+fi
 finish
 echo "all test stages passed"

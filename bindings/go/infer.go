@@ -9,9 +9,13 @@
 //	for piece := range req.Stream(ctx) { fmt.Print(piece.Text) }
 //
 // Linking: set CGO_LDFLAGS="-L$DIR -Wl,-rpath,$DIR" where $DIR holds
-// libinfer.so (a build tree or PREFIX/lib), or install libinfer where the
-// linker and the loader look; CGO_CFLAGS="-I$PREFIX/include" for an installed
-// header (the source tree's include/ is found by itself).
+// libinfer.so (a build tree or PREFIX/lib; for an installed libinfer,
+// CGO_LDFLAGS="$(pkg-config --libs infer) -Wl,-rpath,$(pkg-config --variable=libdir infer)"),
+// or install libinfer where the linker and the loader look (/usr/local: nothing
+// to set); the header comes from the source tree's include/.
+//
+// From another module: require libinfer/infer v0.0.0 and add
+// replace libinfer/infer => /path/to/libinfer/bindings/go to its go.mod.
 //
 // Thread safety follows infer.h. A Model may be used from many goroutines.
 // An Engine runs libinfer's background thread, so Submit, Cancel, Stats and

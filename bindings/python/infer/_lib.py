@@ -1,4 +1,7 @@
-"""ctypes declarations mirroring include/infer/infer.h (libinfer 0.1).
+"""ctypes declarations mirroring include/infer/infer.h (libinfer 1.x), and the
+search for libinfer.so.1: $INFER_LIBRARY, else the copy bundled in this package
+(pip install builds it), else an install prefix, a checkout's build*/ or the
+system's path.
 
 The structs here must match the C layout exactly; tests/test_layout.py
 compares every one with the C compiler's sizeof/offsetof.
@@ -192,6 +195,10 @@ def _candidates() -> List[str]:
         out.append(env)
         return out  # an explicit choice is never second-guessed
     here = Path(__file__).resolve().parent
+    # The copy bundled by pip install (bindings/python/build_libinfer.py).
+    bundled = here / "libinfer.so.1"
+    if bundled.exists():
+        out.append(str(bundled))
     # An install prefix: PREFIX/lib/pythonX/site-packages/infer -> PREFIX/lib
     for parent in list(here.parents)[:5]:
         for libdir in ("lib", "lib64", "lib/x86_64-linux-gnu"):
