@@ -49,16 +49,7 @@ python)
   fi
   ;;
 rust)
-  # Debian's cargo (/usr/bin) first: CI has nothing else, and its rustc must go
-  # with it (a rustup toolchain elsewhere in PATH would mix versions).
-  cargo=""
-  for cand in /usr/bin/cargo "$(command -v cargo || true)"; do
-    if [ -n "$cand" ] && [ -x "$cand" ]; then cargo=$cand; break; fi
-  done
-  [ -n "$cargo" ] || skip "cargo not found (Debian: cargo)"
-  bindir=$(dirname "$cargo")
-  [ -x "$bindir/rustc" ] && export RUSTC="$bindir/rustc"
-  [ -x "$bindir/rustdoc" ] && export RUSTDOC="$bindir/rustdoc"
+  . "$src/bindings/find_cargo.sh"
   export CARGO_TARGET_DIR="$work/target" CARGO_HOME="$work/cargo-home" INFER_LIB_DIR="$libdir"
   cd "$src/bindings/rust"
   "$cargo" test --offline --locked
