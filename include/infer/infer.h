@@ -63,7 +63,7 @@ extern "C" {
 /* ---- version ------------------------------------------------------------ */
 
 #define INFER_VERSION_MAJOR 1
-#define INFER_VERSION_MINOR 4
+#define INFER_VERSION_MINOR 5
 #define INFER_VERSION_PATCH 0
 #define INFER_VERSION_NUMBER (INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH)
 
@@ -691,6 +691,109 @@ INFER_API infer_status infer_chat_apply_template_json(const infer_model *model, 
  * `index` (0, 1, ...) of template `template_name`, or NULL past the last one
  * or for an unknown name. Static strings. */
 INFER_API const char *infer_chat_template_stop(const char *template_name, int32_t index);
+
+/* ---- embeddings and reranking (since 1.5) -------------------------------------------------------
+ *
+ * Embedding models: BERT-family encoders (GGUF `bert`, `nomic-bert`; Hugging Face BERT
+ * directories with their sentence-transformers pooling) and the decoder architectures
+ * used as embedding models (their GGUF *.pooling_type and *.attention.causal say how).
+ * Rerankers: encoders with a classifier head, scoring (query, document) pairs.
+ *
+ * Results come back in an infer_embeddings handle (a library buffer: read it in place
+ * with infer_embeddings_data, or copy it into caller memory with infer_embeddings_copy),
+ * from the synchronous calls (infer_embed, infer_embed_tokens, infer_rerank: the calling
+ * thread computes, with its own threads) or from the asynchronous ones
+ * (infer_embed_submit, ...: the engine computes them between its generation steps,
+ * batched with other embedding work; wait with infer_embeddings_wait). */
+
+typedef enum infer_pooling {
+  INFER_POOLING_DEFAULT = -1, /* the model's own: its *.pooling_type, else MEAN for encoders and
+                                 LAST for decoders */
+  INFER_POOLING_NONE = 0,     /* one vector per token */
+  INFER_POOLING_MEAN = 1,     /* the mean of the token vectors */
+  INFER_POOLING_CLS = 2,      /* the first token's vector ([CLS]) */
+  INFER_POOLING_LAST = 3,     /* the last token's vector */
+  INFER_POOLING_RANK = 4,     /* rerankers: the classifier head's score(s) of the first token */
+  INFER_POOLING_FORCE_32BIT = 0x7fffffff
+} infer_pooling;
+
+typedef struct infer_embed_params {
+  uint32_t struct_size;
+  infer_pooling pooling; /* default INFER_POOLING_DEFAULT */
+  int32_t normalize;     /* 2: L2 normalization (default); 0: none. Rank scores are never normalized */
+  int32_t dimensions;    /* Matryoshka: keep the first `dimensions` values (then normalize); 0
+                            (default): all. More than the model has: INVALID_ARGUMENT */
+  int32_t truncate;      /* 1: an input longer than the model's context is cut to it (its last
+                            special token kept); 0 (default): INVALID_ARGUMENT naming the input */
+  int32_t n_threads;     /* synchronous calls: 0 (default): all cores; at most 1024 */
+} infer_embed_params;
+
+typedef struct infer_embeddings infer_embeddings;
+
+INFER_API void infer_embed_params_init(infer_embed_params *params);
+
+/* Embeds n_texts texts (UTF-8; text_lens NULL: NUL-terminated, else their byte lengths),
+ * each with the model's special tokens. params may be NULL (defaults). On success *out is a
+ * new handle (free it with infer_embeddings_free). Empty texts, a text longer than the
+ * context without truncate, n_texts < 1 or more than 1,000,000: INVALID_ARGUMENT; a model
+ * that cannot embed: UNSUPPORTED. */
+INFER_API infer_status infer_embed(const infer_model *model, const char *const *texts, const size_t *text_lens,
+                                   int32_t n_texts, const infer_embed_params *params, infer_embeddings **out);
+/* The same for inputs given as token ids (taken as they are: no special tokens added);
+ * an id outside the vocabulary: INVALID_ARGUMENT. */
+INFER_API infer_status infer_embed_tokens(const infer_model *model, const int32_t *const *tokens,
+                                          const size_t *n_tokens, int32_t n_inputs,
+                                          const infer_embed_params *params, infer_embeddings **out);
+/* Relevance of each document to the query: one row of infer_embeddings_dim values (1 for
+ * the usual rerankers: the head's raw score, higher is more relevant) per document, in
+ * order. params->pooling must be DEFAULT or RANK; a model without a classifier head:
+ * INVALID_ARGUMENT. */
+INFER_API infer_status infer_rerank(const infer_model *model, const char *query, const char *const *documents,
+                                    int32_t n_documents, const infer_embed_params *params, infer_embeddings **out);
+
+/* The asynchronous forms: queued on the engine (which must have a background thread, or be
+ * stepped by the caller), computed between generation steps. *out is returned at once;
+ * errors found at submission (bad inputs) are returned here and nothing is queued. */
+INFER_API infer_status infer_embed_submit(infer_engine *engine, const char *const *texts, const size_t *text_lens,
+                                          int32_t n_texts, const infer_embed_params *params, infer_embeddings **out);
+INFER_API infer_status infer_embed_submit_tokens(infer_engine *engine, const int32_t *const *tokens,
+                                                 const size_t *n_tokens, int32_t n_inputs,
+                                                 const infer_embed_params *params, infer_embeddings **out);
+INFER_API infer_status infer_rerank_submit(infer_engine *engine, const char *query, const char *const *documents,
+                                           int32_t n_documents, const infer_embed_params *params,
+                                           infer_embeddings **out);
+
+/* Waits up to timeout_ms (< 0: forever) for the result; *finished (may be NULL) is 1 when
+ * it is there. Returns the job's status once finished (INFER_OK, or why it failed:
+ * infer_embeddings_error; INFER_ERR_CANCELLED when cancelled or the engine stopped), INFER_OK
+ * while it is not. Synchronous results are finished from the start. */
+INFER_API infer_status infer_embeddings_wait(infer_embeddings *emb, int32_t timeout_ms, int32_t *finished);
+/* Asks the engine to drop an unfinished job (it finishes as CANCELLED). */
+INFER_API infer_status infer_embeddings_cancel(infer_embeddings *emb);
+/* The failure message of a failed job ("" otherwise). Valid until the handle is freed. */
+INFER_API const char *infer_embeddings_error(const infer_embeddings *emb);
+/* Values per row (the vector size after `dimensions`; the head's outputs for RANK); 0 until
+ * finished. */
+INFER_API int32_t infer_embeddings_dim(const infer_embeddings *emb);
+/* Rows: one per input, or one per token of every input with POOLING_NONE; 0 until finished. */
+INFER_API int64_t infer_embeddings_rows(const infer_embeddings *emb);
+/* The rows of input `index`: its first row and row count. INVALID_ARGUMENT for an index out
+ * of range; BUSY until finished. */
+INFER_API infer_status infer_embeddings_input_rows(const infer_embeddings *emb, int32_t index, int64_t *first_row,
+                                                   int32_t *n_rows);
+/* The pooling used (DEFAULT resolved). */
+INFER_API infer_pooling infer_embeddings_pooling(const infer_embeddings *emb);
+/* Tokens computed (what usage reports); 0 until finished. */
+INFER_API int64_t infer_embeddings_n_tokens(const infer_embeddings *emb);
+/* rows x dim floats, row-major, owned by the handle; NULL until finished (or after a
+ * failure). */
+INFER_API const float *infer_embeddings_data(const infer_embeddings *emb);
+/* Copies the rows x dim floats into buf (n_floats of room). *needed (may be NULL) receives
+ * rows x dim; too small a buffer: BUFFER_TOO_SMALL. BUSY until finished. */
+INFER_API infer_status infer_embeddings_copy(const infer_embeddings *emb, float *buf, size_t n_floats,
+                                             size_t *needed);
+/* Frees the handle; an unfinished job is cancelled first. NULL is a no-op. */
+INFER_API void infer_embeddings_free(infer_embeddings *emb);
 
 /* ========================================================================================
  * OFFLINE TOOLS

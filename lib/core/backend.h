@@ -204,6 +204,24 @@ class Backend {
   virtual void attention(const float* q, const KvMemory& kv, int layer, const AttnBatch& b, int n_head,
                          float scale, float* out) = 0;
 
+  // ---- encoders and embedding models (no KV cache: engine/embed.h) ----
+  // A backend without them refuses encoder models with Error(Unsupported).
+  // y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, row by row (n
+  // values per row; bias may be nullptr). y may be x.
+  virtual void layer_norm(const float* x, const float* weight, const float* bias, int64_t m, int64_t n, float eps,
+                          float* y);
+  // x = gelu(x) = 0.5 x (1 + erf(x / sqrt 2)) (BERT's exact form), elementwise.
+  virtual void gelu(float* x, int64_t n);
+  // x = tanh(x), elementwise (the reranker's pooler).
+  virtual void tanh(float* x, int64_t n);
+  // Attention within the batch, with no KV cache: token t attends to the
+  // tokens u with slot[u] == slot[t] (and pos[u] <= pos[t] when `causal`).
+  // The tokens of one sequence are contiguous in the batch. q, out:
+  // [n_tokens][n_head * head_dim]; k, v: [n_tokens][n_head_kv * head_dim]
+  // (grouped heads). b.table and b.window are not read.
+  virtual void attention_dense(const float* q, const float* k, const float* v, const AttnBatch& b, int n_head,
+                               int n_head_kv, int head_dim, float scale, bool causal, float* out);
+
   // ---- what the engine must know of the backend ----
   // Builds, now, every copy of w in the layouts this backend's kernels want
   // (into w.cache), so that no request pays for it later. Called for every

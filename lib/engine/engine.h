@@ -32,6 +32,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/finish.h"
+#include "engine/embed.h"
 #include "engine/sequence.h"
 #include "engine/speculation.h"
 #include "kv/kv_cache.h"
@@ -95,7 +96,13 @@ class Engine {
   // params.on_token), installed before the requests are published.
   std::vector<std::shared_ptr<Request>> submit_n(RequestParams params, int32_t n,
                                                  std::vector<TokenCallback> callbacks = {});
-  // One forward step. Returns the number of unfinished requests.
+  // Queues an embedding job (engine/embed.h): check_inputs now (its errors
+  // are thrown here and nothing is queued); the stepping thread computes it
+  // between generation steps, at most max_batch_tokens of its tokens per
+  // step, and finishes it. Any thread.
+  std::shared_ptr<EmbedJob> submit_embed(std::vector<EmbedInput> inputs, const EmbedOptions& o);
+  // One forward step. Returns the number of unfinished requests (embedding
+  // jobs included).
   int step();
   // Steps until no request is left.
   void run();

@@ -26,8 +26,12 @@ struct Batch {
   std::vector<int32_t> pos;
   std::vector<int32_t> slot;        // KV sequence slot of each token
   std::vector<int32_t> logit_rows;  // indices into tokens whose logits are wanted
+  // Token types (BERT's segment ids: 0 for the first text, 1 for the second
+  // of a pair) for Model::encode; empty: all 0.
+  std::vector<int32_t> types;
   size_t size() const { return tokens.size(); }
   void clear() {
+    types.clear();
     tokens.clear();
     pos.clear();
     slot.clear();
@@ -77,6 +81,13 @@ struct ModelConfig {
   std::vector<int32_t> layer_window;  // each layer's window (0: all positions); n_layer values
   int32_t n_expert = 0;               // mixture-of-experts FFN (Mixtral, model/moe.h): experts per layer (0: dense)
   int32_t n_expert_used = 0;          // experts each token is routed to
+  // ---- embedding models (engine/embed.h) ----
+  bool causal = true;                 // decoders; false: bidirectional attention (encoders, *.attention.causal = false)
+  bool encoder_only = false;          // no language-model head: embeddings only (bert, nomic-bert)
+  int32_t pooling = -1;               // the file's *.pooling_type (0 none, 1 mean, 2 cls, 3 last, 4 rank); -1: not said
+  int32_t n_cls_out = 0;              // reranker: outputs of the classifier head (cls.output.weight rows); 0: no head
+  int32_t n_token_types = 0;          // token type (segment) embeddings (BERT: 2); 0: none
+  float norm_eps = 1e-12f;            // LayerNorm epsilon (encoders: *.attention.layer_norm_epsilon)
 };
 
 struct LoadOptions {
@@ -131,6 +142,16 @@ class Model {
   virtual void forward(const Batch& batch, KvCache& kv, Backend& backend, Workspace& ws, float* logits,
                        const uint8_t* skip = nullptr) const = 0;
 
+  // Embedding models (engine/embed.h): runs a batch of whole sequences with
+  // no KV cache (token t is at position pos[t] of sequence slot[t]; the
+  // tokens of a sequence are contiguous and every sequence attends within
+  // itself only, causally or both ways as config().causal says) and writes,
+  // for each of batch.logit_rows in order, the final hidden state (n_embd
+  // floats, after the final norm) into `out` (host memory), or with `rank`
+  // the classifier head's n_cls_out scores of that row (config().n_cls_out
+  // > 0). Error(Unsupported) for a model that cannot.
+  virtual void encode(const Batch& batch, Backend& backend, Workspace& ws, float* out, bool rank) const;
+
   // Every matrix weight of the model (for load-time preparation by a backend).
   virtual void for_each_weight(const std::function<void(const WeightView&)>& fn) const = 0;
   // Sizes (and so commits the pages of) the workspace of backend `be` for
@@ -158,6 +179,7 @@ std::unique_ptr<Model> create_qwen2_model(std::unique_ptr<GgufFile> gguf, std::u
 std::unique_ptr<Model> create_qwen3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
 std::unique_ptr<Model> create_phi3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
 std::unique_ptr<Model> create_gemma_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
+std::unique_ptr<Model> create_bert_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
 std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
 // The architectures this build runs (general.architecture values).
 const std::vector<std::string>& supported_architectures();
