@@ -16,44 +16,24 @@ constexpr int64_t kRowsGrain = 16384;  // values per chunk of row ops
 constexpr int64_t kElemGrain = 8192;
 }  // namespace
 
-// Two passes in double per row: mean, then variance about it (exact enough
-// for the 1e-12 epsilon BERT uses, where rows of large values would lose the
-// variance in a one-pass float sum).
+// Row by row and element by element through the active ISA's kernels
+// (cpu/kernels.h): a value's result does not depend on the split.
 void layer_norm(ThreadPool& pool, const float* x, const float* w, const float* b, int64_t m, int64_t n, float eps,
                 float* y) {
+  const IsaKernels& K = kernels();
   pool.parallel_for(m, std::max<int64_t>(1, kRowsGrain / std::max<int64_t>(1, n)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * n;
-      float* yr = y + r * n;
-      double sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += xr[i];
-      const double mean = sum / static_cast<double>(n);
-      double var = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double d = xr[i] - mean;
-        var += d * d;
-      }
-      var /= static_cast<double>(n);
-      const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
-      const float fm = static_cast<float>(mean);
-      for (int64_t i = 0; i < n; ++i) {
-        const float t = (xr[i] - fm) * inv * w[i];
-        yr[i] = b ? t + b[i] : t;
-      }
-    }
+    for (int64_t r = r0; r < r1; ++r) K.layer_norm(x + r * n, w, b, n, eps, y + r * n);
   });
 }
 
 void gelu_erf(ThreadPool& pool, float* x, int64_t n) {
-  pool.parallel_for(n, kElemGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
-  });
+  const IsaKernels& K = kernels();
+  pool.parallel_for(n, kElemGrain, [&](int64_t b, int64_t e) { K.gelu_erf(x + b, e - b); });
 }
 
 void tanh_inplace(ThreadPool& pool, float* x, int64_t n) {
-  pool.parallel_for(n, kElemGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) x[i] = std::tanh(x[i]);
-  });
+  const IsaKernels& K = kernels();
+  pool.parallel_for(n, kElemGrain, [&](int64_t b, int64_t e) { K.tanh_f32(x + b, e - b); });
 }
 
 // One job per (sequence, head): the head's keys and values of the sequence
