@@ -138,6 +138,7 @@ class Encoder:
 
 class Decoder:
     def __init__(self, g):
+        self.g = g
         self.ref = arch_ref.Ref(g)
         a = g.meta['general.architecture']
         if not g.meta.get(a + '.attention.causal', True):
