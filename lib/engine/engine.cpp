@@ -156,7 +156,7 @@ std::shared_ptr<EmbedJob> Engine::submit_embed(std::vector<EmbedInput> inputs, c
   return job;
 }
 
-void Engine::run_embeds() {
+void Engine::run_embeds(size_t step_tokens) {
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     for (auto& j : embed_inbox_) embed_jobs_.push_back(std::move(j));
@@ -169,7 +169,11 @@ void Engine::run_embeds() {
   if (embed_jobs_.empty()) return;
   // The next inputs, in order, across jobs of the first job's kind.
   const bool rank = embed_jobs_.front()->pooling == Pooling::Rank;
-  const size_t budget = static_cast<size_t>(std::max<int32_t>(1, params_.max_batch_tokens));
+  // The step's token budget, less what generation used this step (so an
+  // embedding pass is sized like a prompt chunk of another request), but
+  // never under a quarter of it: embeddings progress under any load.
+  const size_t max_tokens = static_cast<size_t>(std::max<int32_t>(1, params_.max_batch_tokens));
+  const size_t budget = std::max(max_tokens - std::min(max_tokens, step_tokens), std::max<size_t>(1, max_tokens / 4));
   std::vector<Embedder::Item> items;
   std::vector<std::pair<EmbedJob*, size_t>> taken;  // job, inputs taken
   size_t tokens = 0;
@@ -356,7 +360,7 @@ int Engine::step() {
     }
     ++stats_.n_steps;
   }
-  run_embeds();
+  run_embeds(plan.batch.size());
   // Sequences that finished this step give their blocks back now (or, if
   // that runs out of memory, at the start of the next step).
   try {

@@ -141,10 +141,11 @@ class Engine {
   // returns the number of rows it consumed.
   size_t verify(const StepPlan& plan, size_t first);
   void publish_stats();
-  // One embedding pass over the queued jobs' next inputs (at most
-  // max_batch_tokens tokens; jobs of one kind, vectors or rank), finishing
+  // One embedding pass over the queued jobs' next inputs (jobs of one kind,
+  // vectors or rank), within what is left of the step's max_batch_tokens
+  // after step_tokens of generation (at least a quarter of it), finishing
   // the jobs it completes.
-  void run_embeds();
+  void run_embeds(size_t step_tokens);
 
   const Model& model_;
   EngineParams params_;
