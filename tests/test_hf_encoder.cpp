@@ -323,3 +323,31 @@ TEST_CASE("hf: hostile encoder directories fail with a clear status", "[hf][embe
     CHECK_THAT(msg, Catch::Contains(x.msg));
   }
 }
+
+TEST_CASE("hf: a decoder embedding directory takes its pooling from sentence-transformers", "[hf][embed]") {
+  const std::string tmp = infer_test::temp_dir();
+  std::unique_ptr<GgufFile> g = GgufFile::open(synth_gguf(tmp, "tiny-qwen3-embed"));
+  const std::string dir = tmp + "/qwen3-embed";
+  ::mkdir(dir.c_str(), 0755);
+  infer_test::gguf_to_hf_dir(*g, dir);
+  CHECK(!hf::open_directory(dir)->find("qwen3.pooling_type"));  // no modules.json: not said
+  infer_test::write_text_file(dir + "/modules.json",
+                              R"([{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},)"
+                              R"({"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"},)"
+                              R"({"idx":2,"name":"2","path":"2_Normalize","type":"sentence_transformers.models.Normalize"}])");
+  ::mkdir((dir + "/1_Pooling").c_str(), 0755);
+  infer_test::write_text_file(dir + "/1_Pooling/config.json",
+                              R"({"word_embedding_dimension":64,"pooling_mode_cls_token":false,)"
+                              R"("pooling_mode_mean_tokens":false,"pooling_mode_lasttoken":true})");
+  std::unique_ptr<GgufFile> view = hf::open_directory(dir);
+  CHECK(view->get_int("qwen3.pooling_type").value_or(-1) == 3);
+  std::unique_ptr<Model> m = Model::load(dir);
+  CHECK(m->config().pooling == 3);
+  // Checkpoints saved from the bare model class have no "model." prefix.
+  CHECK(hf::gguf_tensor_name("qwen3", "layers.3.self_attn.q_proj.weight") == "blk.3.attn_q.weight");
+  CHECK(hf::gguf_tensor_name("qwen3", "embed_tokens.weight") == "token_embd.weight");
+  CHECK(hf::gguf_tensor_name("qwen3", "norm.weight") == "output_norm.weight");
+  CHECK(hf::gguf_tensor_name("bert", "bert.encoder.layer.11.output.LayerNorm.gamma") == "blk.11.layer_output_norm.weight");
+  CHECK(hf::gguf_tensor_name("bert", "cls.predictions.transform.dense.weight").empty());
+  CHECK(hf::gguf_tensor_name("nomic_bert", "encoder.layers.0.mlp.fc12.weight") == "blk.0.ffn_gate.weight");
+}
