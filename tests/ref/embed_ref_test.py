@@ -5,7 +5,8 @@ from the published model definitions). For each tiny embedding preset of
 `infer embed` computes several inputs of different lengths in ONE call (so
 they are batched across sequences) with every pooling (none, mean, cls,
 last), L2 normalization on and off, a Matryoshka truncation and the file's
-own pooling; the reference computes each input alone. Every value must agree
+own pooling, and texts (-p: [CLS] text [SEP] through the WordPiece
+tokenizer); the reference computes each input alone. Every value must agree
 within 1e-4 (max abs). The reranker's scores are checked for token inputs
 (token types all 0) and for (query, document) texts, whose pair
 [CLS] q [SEP] d [SEP] carries token types 0 then 1. Last, a Q8_0 copy of
@@ -126,6 +127,19 @@ def check_preset(c, name):
     # The file's own pooling, L2 by default.
     theirs = embed_ref.embed(ref, inputs, None, 2, 0)
     errs.append(c.compare(name + '-default', c.embed(model, inputs, [], name + '-default'), theirs))
+    if encoder:
+        # Texts (-p, printed rows): [CLS] text [SEP], token types 0.
+        theirs = embed_ref.embed(ref, [[2] + word_ids(ref.g, d) + [3] for d in DOCS], 'mean', 2)
+        cmd = [c.infer, 'embed', '-m', model, '--pooling', 'mean', '-t', '2']
+        for d in DOCS:
+            cmd += ['-p', d]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        c.n_checks += 1
+        if r.returncode != 0:
+            c.failed.append('%s: infer embed -p failed (%d): %s' % (name, r.returncode, r.stderr.strip()[-300:]))
+        else:
+            ours = np.array([[float(v) for v in line.split()] for line in r.stdout.split('\n') if line.strip()])
+            errs.append(c.compare(name + '-texts', ours, theirs))
     rank = {}
     if 'cls.output.weight' in ref.g.tensors:
         theirs = embed_ref.embed(ref, inputs, 'rank')
