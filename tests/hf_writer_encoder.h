@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hf_writer.h"
+#include "tokenizer/wordpiece.h"
 
 namespace infer_test {
 
@@ -151,7 +152,7 @@ inline void encoder_gguf_to_hf_dir(const infer::GgufFile& g, const std::string& 
           std::to_string(tokens.size()) + (classifier ? ",\"id2label\":{\"0\":\"LABEL_0\"}" : "") + "}";
   }
   write_text_file(dir + "/config.json", cfg);
-  auto [tj, tc] = wordpiece_to_hf(tokens, types);
+  auto [tj, tc] = wordpiece_to_hf(wordpiece_to_hf_spelling(tokens, types), types);
   write_text_file(dir + "/tokenizer.json", tj);
   write_text_file(dir + "/tokenizer_config.json", tc);
   if (!o.pooling_mode.empty()) {

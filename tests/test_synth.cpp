@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "tokenizer/wordpiece.h"
 #include "engine/embed.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
@@ -434,7 +435,8 @@ TEST_CASE("synth: the embedding presets write converted BERT, nomic-bert and poo
     }
     // The WordPiece vocabulary and its special ids.
     CHECK(g->get_string("tokenizer.ggml.model").value_or("") == "bert");
-    CHECK(g->get_string_array("tokenizer.ggml.tokens") == synth_wordpiece_vocab(1000).tokens);
+    const SynthWordPieceVocab wv = synth_wordpiece_vocab(1000);
+    CHECK(g->get_string_array("tokenizer.ggml.tokens") == wordpiece_to_gguf_spelling(wv.tokens, wv.types));
     CHECK(g->get_int("tokenizer.ggml.cls_token_id").value_or(-1) == 2);
     CHECK(g->get_int("tokenizer.ggml.seperator_token_id").value_or(-1) == 3);
     CHECK(g->get_int("tokenizer.ggml.padding_token_id").value_or(-1) == 0);

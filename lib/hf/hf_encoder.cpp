@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/wordpiece.h"
 
 namespace infer {
 namespace hf {
@@ -434,7 +435,9 @@ MetaList wordpiece_metadata(const Json& tj, const Json& tc, const Json& cfg, int
     if (v >= 0) m.emplace_back(key, GgufValue::make_u32(static_cast<uint32_t>(v)));
   };
   m.emplace_back("tokenizer.ggml.model", GgufValue::make_string("bert"));
-  m.emplace_back("tokenizer.ggml.tokens", GgufValue::make_string_array(tokens));
+  // Written in the GGUF spelling ("▁word", bare continuations), so a
+  // converted file is what other GGUF readers expect.
+  m.emplace_back("tokenizer.ggml.tokens", GgufValue::make_string_array(wordpiece_to_gguf_spelling(tokens, types)));
   m.emplace_back("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
   const Json* tv = cfg.is_object() ? cfg.find("type_vocab_size") : nullptr;
   u32("tokenizer.ggml.token_type_count", tv && tv->is_int() && tv->as_int() > 0 && tv->as_int() <= 16 ? tv->as_int() : 2);

@@ -237,6 +237,43 @@ class WordPieceTokenizer final : public Tokenizer {
 
 }  // namespace
 
+namespace {
+bool spelling_kept(const std::vector<int32_t>& types, size_t i) {
+  if (i >= types.size()) return false;
+  return types[i] == static_cast<int32_t>(TokenType::Control) || types[i] == static_cast<int32_t>(TokenType::Unknown);
+}
+}  // namespace
+
+std::vector<std::string> wordpiece_to_gguf_spelling(const std::vector<std::string>& hf, const std::vector<int32_t>& types) {
+  std::vector<std::string> out;
+  out.reserve(hf.size());
+  for (size_t i = 0; i < hf.size(); ++i) {
+    const std::string& t = hf[i];
+    if (spelling_kept(types, i) || t.empty())
+      out.push_back(t);
+    else if (t.size() > 2 && t.compare(0, 2, "##") == 0)
+      out.push_back(t.substr(2));
+    else
+      out.push_back(std::string(kWordStart) + t);
+  }
+  return out;
+}
+
+std::vector<std::string> wordpiece_to_hf_spelling(const std::vector<std::string>& gguf, const std::vector<int32_t>& types) {
+  std::vector<std::string> out;
+  out.reserve(gguf.size());
+  for (size_t i = 0; i < gguf.size(); ++i) {
+    const std::string& t = gguf[i];
+    if (spelling_kept(types, i) || t.empty())
+      out.push_back(t);
+    else if (t.compare(0, kWordStart.size(), kWordStart) == 0)
+      out.push_back(t.substr(kWordStart.size()));
+    else
+      out.push_back("##" + t);
+  }
+  return out;
+}
+
 std::unique_ptr<Tokenizer> make_wordpiece_tokenizer(Vocab vocab) {
   return std::make_unique<WordPieceTokenizer>(std::move(vocab));
 }

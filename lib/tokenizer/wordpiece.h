@@ -20,11 +20,23 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "tokenizer/tokenizer.h"
 
 namespace infer {
 
 std::unique_ptr<Tokenizer> make_wordpiece_tokenizer(Vocab vocab);
+
+// The two spellings of a WordPiece vocabulary, converted into each other.
+// Only normal tokens change (types: tokenizer.ggml.token_type values; 3
+// control and 2 unknown stay as they are). GGUF: "▁word" starts a word and a
+// bare "ing" continues one; Hugging Face: "word" and "##ing". GGUF files are
+// written in the GGUF spelling, which is what other GGUF readers expect.
+std::vector<std::string> wordpiece_to_gguf_spelling(const std::vector<std::string>& hf_tokens,
+                                                    const std::vector<int32_t>& types);
+std::vector<std::string> wordpiece_to_hf_spelling(const std::vector<std::string>& gguf_tokens,
+                                                  const std::vector<int32_t>& types);
 
 }  // namespace infer

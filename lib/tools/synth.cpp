@@ -1,4 +1,5 @@
 #include "tools/synth.h"
+#include "tokenizer/wordpiece.h"
 
 #include <cctype>
 #include <cmath>
@@ -504,7 +505,10 @@ static uint64_t write_synth_encoder(const SynthPreset& p, const std::string& pat
   if (nomic) w.set(a + ".rope.freq_base", GgufValue::make_f32(p.rope_base));
   const SynthWordPieceVocab v = synth_wordpiece_vocab(p.n_vocab);
   w.set("tokenizer.ggml.model", GgufValue::make_string("bert"));
-  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(v.tokens));
+  // In the GGUF spelling ("▁word", bare continuations), as converted files
+  // are: other GGUF readers (the peer's llama-embedding) then tokenize texts
+  // as we do.
+  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(wordpiece_to_gguf_spelling(v.tokens, v.types)));
   w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(v.types));
   w.set("tokenizer.ggml.token_type_count", GgufValue::make_u32(2));
   // [PAD] [UNK] [CLS] [SEP] [MASK] are ids 0-4; BOS is [CLS], EOS [SEP].
