@@ -150,7 +150,7 @@ TEST_CASE("hf: BERT, BERT reranker and nomic-bert directories are their converte
   }
 }
 
-TEST_CASE("hf: sentence-transformers pooling modes become pooling_type; others are refused", "[hf][embed]") {
+TEST_CASE("hf: sentence-transformers pooling modes become pooling_type, others are refused", "[hf][embed]") {
   const std::string tmp = infer_test::temp_dir();
   const std::string gguf_path = synth_gguf(tmp, "tiny-bert");
   std::unique_ptr<GgufFile> g = GgufFile::open(gguf_path);
