@@ -50,7 +50,7 @@ void check_same_file(const GgufFile& want, const GgufFile& got, bool check_pooli
     INFO(k);
     const GgufValue* v = got.find(k);
     REQUIRE(v);
-    if (v->type == GgufType::Array) CHECK(*v == kv.second);
+    if (v->type == GgufType::Array || v->type == GgufType::String) CHECK(*v == kv.second);
     else if (v->is_float() || kv.second.is_float()) CHECK(v->as_float() == kv.second.as_float());
     else CHECK(v->as_int() == kv.second.as_int());
   }
