@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/threadpool.h"
 #include "cpu/attention.h"
+#include "cpu/encoder.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
@@ -164,6 +165,17 @@ class CpuBackend final : public Backend {
   void attention(const float* q, const KvMemory& kv, int layer, const AttnBatch& b, int n_head, float scale,
                  float* out) override {
     cpu::attention(pool_, q, kv, layer, b, n_head, scale, out);
+  }
+
+  // Encoders and embedding models: cpu/encoder.cpp.
+  void layer_norm(const float* x, const float* w, const float* b, int64_t m, int64_t n, float eps, float* y) override {
+    cpu::layer_norm(pool_, x, w, b, m, n, eps, y);
+  }
+  void gelu(float* x, int64_t n) override { cpu::gelu_erf(pool_, x, n); }
+  void tanh(float* x, int64_t n) override { cpu::tanh_inplace(pool_, x, n); }
+  void attention_dense(const float* q, const float* k, const float* v, const AttnBatch& b, int n_head, int n_head_kv,
+                       int head_dim, float scale, bool causal, float* out) override {
+    cpu::attention_dense(pool_, q, k, v, b, n_head, n_head_kv, head_dim, scale, causal, out);
   }
 
   void prepare_weight(const WeightView& w) override { cpu::prepare_weight(pool_, w); }

@@ -26,6 +26,9 @@ namespace infer::cpu {
   void rope(float* v, const float* cs, int half, bool neox);                                                \
   void geglu(const float* gate, const float* up, float* out, int64_t n);                                    \
   void softcap(float* x, int64_t n, float cap);                                                             \
+  void gelu_erf(float* x, int64_t n);                                                                       \
+  void tanh_f32(float* x, int64_t n);                                                                       \
+  void layer_norm(const float* x, const float* w, const float* b, int64_t n, float eps, float* y);          \
   void quantize_acts(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d, \
                      float* xs);
 

@@ -14,7 +14,8 @@ namespace {
 #define INFER_CPU_TABLE(ns_vec, ns_attn)                                                                  \
   ns_vec::dot_f32, ns_vec::axpy_f32, ns_vec::f16_to_f32, ns_vec::f32_to_f16, ns_attn::attn_scores,      \
       ns_attn::attn_accum, ns_vec::exp_sum, ns_vec::i8_rows_to_f32, ns_vec::rms_norm, ns_vec::swiglu,   \
-      ns_vec::add, ns_vec::rope, ns_vec::geglu, ns_vec::softcap, ns_vec::quantize_acts
+      ns_vec::add, ns_vec::rope, ns_vec::geglu, ns_vec::softcap, ns_vec::gelu_erf, ns_vec::tanh_f32,     \
+      ns_vec::layer_norm, ns_vec::quantize_acts
 
 constexpr IsaKernels kScalar{"scalar", INFER_CPU_TABLE(scalar, scalar), scalar::format_kernel, nullptr};
 constexpr IsaKernels kAvx2{"avx2", INFER_CPU_TABLE(avx2, avx2), avx2::format_kernel, &kScalar};

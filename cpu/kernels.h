@@ -77,6 +77,15 @@ struct IsaKernels {
   void (*geglu)(const float* gate, const float* up, float* out, int64_t n);
   // Soft-capping (Gemma 2's attention scores and logits): x = cap tanh(x / cap).
   void (*softcap)(float* x, int64_t n, float cap);
+  // Encoders (cpu/encoder.cpp). GELU, erf form: x = x/2 (1 + erf(x / sqrt 2)),
+  // within 1e-6 of it (erf to 1.5e-7).
+  void (*gelu_erf)(float* x, int64_t n);
+  // x = tanh(x).
+  void (*tanh_f32)(float* x, int64_t n);
+  // LayerNorm of one row of n values: y = (x - mean) / sqrt(var + eps) * w
+  // + b (b may be nullptr; y may be x), the variance about the mean (two
+  // passes), so rows with a large mean keep it.
+  void (*layer_norm)(const float* x, const float* w, const float* b, int64_t n, float eps, float* y);
 
   // ---- matmul (cpu/matmul.cpp; internals in cpu/qmatmul.h) ----
   // Quantizes one row of n floats into int8 blocks of `block` values (n_pad

@@ -378,6 +378,73 @@ void softcap_avx2(float* x, int64_t n, float cap) {
   gated_avx2(x, x, x, n, [&](__m256 v, __m256) { return _mm256_mul_ps(vc, tanh256(_mm256_mul_ps(v, vi))); });
 }
 
+// erf for every lane by Abramowitz and Stegun 7.1.26 (|error| <= 1.5e-7):
+// erf|x| = 1 - t (a1 + t (a2 + ... a5)) exp(-x^2), t = 1 / (1 + p|x|), the
+// sign restored last.
+inline __m256 erf256(__m256 x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 a = _mm256_andnot_ps(sign, x);
+  const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), a, _mm256_set1_ps(1.0f)));
+  __m256 p = _mm256_set1_ps(1.061405429f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+  p = _mm256_mul_ps(p, t);
+  const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(a, a)));
+  const __m256 r = _mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.0f));
+  return _mm256_or_ps(r, _mm256_and_ps(x, sign));
+}
+
+void gelu_erf_avx2(float* x, int64_t n) {
+  gated_avx2(x, x, x, n, [](__m256 v, __m256) {
+    const __m256 h = _mm256_mul_ps(_mm256_set1_ps(0.5f), v);
+    return _mm256_fmadd_ps(h, erf256(_mm256_mul_ps(v, _mm256_set1_ps(0.70710678118654752f))), h);
+  });
+}
+
+void tanh_avx2(float* x, int64_t n) {
+  gated_avx2(x, x, x, n, [](__m256 v, __m256) { return tanh256(v); });
+}
+
+void layer_norm_avx2(const float* x, const float* w, const float* b, int64_t n, float eps, float* y) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(x + i + 8));
+  }
+  for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(x + i));
+  float sum = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) sum += x[i];
+  const float mean = sum / static_cast<float>(n);
+  const __m256 vm = _mm256_set1_ps(mean);
+  a0 = _mm256_setzero_ps();
+  a1 = _mm256_setzero_ps();
+  for (i = 0; i + 16 <= n; i += 16) {
+    const __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm), d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm);
+    a0 = _mm256_fmadd_ps(d0, d0, a0);
+    a1 = _mm256_fmadd_ps(d1, d1, a1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), vm);
+    a0 = _mm256_fmadd_ps(d0, d0, a0);
+  }
+  float var = hsum(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const float inv = 1.0f / std::sqrt(var / static_cast<float>(n) + eps);
+  const __m256 vi = _mm256_set1_ps(inv);
+  for (i = 0; i + 8 <= n; i += 8) {
+    __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi), _mm256_loadu_ps(w + i));
+    if (b) t = _mm256_add_ps(t, _mm256_loadu_ps(b + i));
+    _mm256_storeu_ps(y + i, t);
+  }
+  for (; i < n; ++i) {
+    const float t = (x[i] - mean) * inv * w[i];
+    y[i] = b ? t + b[i] : t;
+  }
+}
+
 void add_avx2(float* x, const float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
@@ -440,6 +507,11 @@ void add(float* x, const float* y, int64_t n) { add_avx2(x, y, n); }
 void rope(float* v, const float* cs, int half, bool neox) { rope_avx2(v, cs, half, neox); }
 void geglu(const float* gate, const float* up, float* out, int64_t n) { geglu_avx2(gate, up, out, n); }
 void softcap(float* x, int64_t n, float cap) { softcap_avx2(x, n, cap); }
+void gelu_erf(float* x, int64_t n) { gelu_erf_avx2(x, n); }
+void tanh_f32(float* x, int64_t n) { tanh_avx2(x, n); }
+void layer_norm(const float* x, const float* w, const float* b, int64_t n, float eps, float* y) {
+  layer_norm_avx2(x, w, b, n, eps, y);
+}
 
 }  // namespace avx2
 

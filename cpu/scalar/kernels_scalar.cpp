@@ -130,6 +130,28 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void gelu_erf(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+}
+
+void tanh_f32(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = std::tanh(x[i]);
+}
+
+void layer_norm(const float* x, const float* w, const float* b, int64_t n, float eps, float* y) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double var = 0;
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(n) + eps));
+  const float fm = static_cast<float>(mean);
+  for (int64_t i = 0; i < n; ++i) {
+    const float t = (x[i] - fm) * inv * w[i];
+    y[i] = b ? t + b[i] : t;
+  }
+}
+
 void softcap(float* x, int64_t n, float cap) {
   const float inv = 1.0f / cap;
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);

@@ -92,12 +92,19 @@ class Embedder {
   // Inputs must have passed check_inputs. Passes of at most
   // max_batch_tokens tokens (whole inputs; a longer input alone).
   EmbedResult run(const std::vector<EmbedInput>& inputs, const EmbedOptions& o, int32_t max_batch_tokens = 2048);
-  // One pass over inputs [begin, end): their pooled rows into `res`
-  // (first/rows already sized by run). Exposed for the engine, which
-  // interleaves passes with generation steps.
-  void pass(const std::vector<EmbedInput>& inputs, size_t begin, size_t end, const EmbedOptions& o, Pooling pooling,
-            EmbedResult& res);
-  // Sizes res (dim, first, rows) for these inputs before the passes.
+  // One input of a pass: its tokens, the result its rows go to (sized by
+  // prepare, pooling resolved there) as input `index` of it, and its options.
+  struct Item {
+    const EmbedInput* in;
+    EmbedResult* res;
+    size_t index;
+    const EmbedOptions* o;
+  };
+  // One pass over items (all rank, or none rank: the head is per pass):
+  // the pooled rows into their results. The engine uses it to batch the
+  // inputs of many jobs and to interleave passes with generation steps.
+  void pass(const std::vector<Item>& items);
+  // Sizes res (pooling, dim, first, rows) for these inputs before the passes.
   void prepare(const std::vector<EmbedInput>& inputs, const EmbedOptions& o, Pooling pooling, EmbedResult& res) const;
 
  private:
@@ -106,6 +113,7 @@ class Embedder {
   Workspace ws_;
   Batch batch_;
   std::vector<float> hidden_;
+  std::vector<double> acc_;
 };
 
 // The synchronous form: tokens in, vectors out, on the model's backend with

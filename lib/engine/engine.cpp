@@ -19,7 +19,12 @@ int32_t context_length(const Model& model, const EngineParams& params) {
 
 KvPlan plan_kv(const Model& model, const EngineParams& params, int32_t n_ctx) {
   if (model.vocab_only()) raise(Status::InvalidArgument, "the model was loaded vocab_only: it cannot generate");
-  return KvPlan::make(model.kv_layout(), params.kv_sizing(n_ctx), model.config().sliding_window);
+  KvSizing sizing = params.kv_sizing(n_ctx);
+  if (model.config().encoder_only) {  // embeddings only: no request ever holds KV
+    sizing.kv_blocks = 1;
+    sizing.host_budget_bytes = 0;
+  }
+  return KvPlan::make(model.kv_layout(), sizing, model.config().sliding_window);
 }
 
 SchedulerConfig scheduler_config(const Model& model, const EngineParams& p, const Backend& backend) {
@@ -63,7 +68,8 @@ Engine::Engine(const Model& model, const EngineParams& params)
       spec_(spec_config(params, n_ctx_), model, *backend_, *kv_, ws_),
       sched_(scheduler_config(model, params, *backend_), *kv_),
       finisher_(model.tokenizer(), model.config().n_vocab, n_ctx_),
-      created_(Clock::now()) {
+      created_(Clock::now()),
+      embedder_(std::make_unique<Embedder>(model, *backend_)) {
   // The first request should not pay the page faults of the step's buffers.
   if (!model.vocab_only()) model.reserve_workspace(ws_, *backend_, params.max_batch_tokens);
   const KvLayout& layout = kv_->layout();
@@ -84,6 +90,9 @@ Engine::~Engine() {
 
 std::shared_ptr<Sequence> Engine::make_sequence(RequestParams& p) {
   const int32_t n_vocab = model_.config().n_vocab;
+  if (model_.config().encoder_only)
+    raise(Status::InvalidArgument, "'%s' is an embedding model: it does not generate (embed with it instead)",
+          model_.config().arch.c_str());
   if (p.prompt.empty()) raise(Status::InvalidArgument, "the prompt is empty (give at least one token, e.g. BOS)");
   for (int32_t t : p.prompt)
     if (t < 0 || t >= n_vocab) raise(Status::InvalidArgument, "prompt token id %d is out of range [0, %d)", t, n_vocab);
@@ -132,6 +141,79 @@ std::vector<std::shared_ptr<Request>> Engine::submit_n(RequestParams p, int32_t 
   std::lock_guard<std::mutex> lock(inbox_mu_);
   inbox_.push_back(family[0]);
   return out;
+}
+
+std::shared_ptr<EmbedJob> Engine::submit_embed(std::vector<EmbedInput> inputs, const EmbedOptions& o) {
+  const Pooling pooling = resolve_pooling(model_, o.pooling);
+  check_inputs(model_, inputs, o);
+  auto job = std::make_shared<EmbedJob>();
+  job->inputs = std::move(inputs);
+  job->options = o;
+  job->pooling = pooling;
+  embedder_->prepare(job->inputs, o, pooling, job->result_);
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  embed_inbox_.push_back(job);
+  return job;
+}
+
+void Engine::run_embeds(size_t step_tokens) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    for (auto& j : embed_inbox_) embed_jobs_.push_back(std::move(j));
+    embed_inbox_.clear();
+  }
+  while (!embed_jobs_.empty() && embed_jobs_.front()->cancelled()) {
+    embed_jobs_.front()->finish(Status::Cancelled, "cancelled");
+    embed_jobs_.pop_front();
+  }
+  if (embed_jobs_.empty()) return;
+  // The next inputs, in order, across jobs of the first job's kind.
+  const bool rank = embed_jobs_.front()->pooling == Pooling::Rank;
+  // The step's token budget, less what generation used this step (so an
+  // embedding pass is sized like a prompt chunk of another request), but
+  // never under a quarter of it: embeddings progress under any load.
+  const size_t max_tokens = static_cast<size_t>(std::max<int32_t>(1, params_.max_batch_tokens));
+  const size_t budget = std::max(max_tokens - std::min(max_tokens, step_tokens), std::max<size_t>(1, max_tokens / 4));
+  std::vector<Embedder::Item> items;
+  std::vector<std::pair<EmbedJob*, size_t>> taken;  // job, inputs taken
+  size_t tokens = 0;
+  for (auto& job : embed_jobs_) {
+    if (job->cancelled() || (job->pooling == Pooling::Rank) != rank) continue;
+    size_t k = job->next;
+    while (k < job->inputs.size() &&
+           (items.empty() || tokens + job->inputs[k].tokens.size() <= budget)) {
+      items.push_back(Embedder::Item{&job->inputs[k], &job->result_, k, &job->options});
+      tokens += job->inputs[k].tokens.size();
+      ++k;
+    }
+    if (k > job->next) taken.emplace_back(job.get(), k);
+    if (tokens >= budget) break;
+  }
+  try {
+    fault::point("engine.embed");
+    embedder_->pass(items);
+    for (auto& [job, k] : taken) job->next = k;
+    ++stats_.n_embed_passes;
+    stats_.n_embed_tokens += tokens;
+  } catch (const Error& e) {
+    for (auto& [job, k] : taken) job->finish(e.status(), e.what());
+  } catch (const std::bad_alloc&) {
+    for (auto& [job, k] : taken) job->finish(Status::OutOfMemory, "out of memory while computing embeddings");
+  } catch (const std::exception& e) {
+    for (auto& [job, k] : taken) job->finish(Status::Internal, e.what());
+  }
+  for (auto it = embed_jobs_.begin(); it != embed_jobs_.end();) {
+    EmbedJob& j = **it;
+    if (j.next == j.inputs.size() && !j.done()) {
+      j.finish(Status::Ok, "");
+      ++stats_.n_embed_jobs;
+    }
+    if (j.done()) {
+      it = embed_jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Engine::take_inbox() {
@@ -278,6 +360,7 @@ int Engine::step() {
     }
     ++stats_.n_steps;
   }
+  run_embeds(plan.batch.size());
   // Sequences that finished this step give their blocks back now (or, if
   // that runs out of memory, at the start of the next step).
   try {
@@ -287,7 +370,8 @@ int Engine::step() {
     log(LogLevel::Error, "engine: out of memory while retiring finished requests");
   }
   std::lock_guard<std::mutex> lock(inbox_mu_);
-  return static_cast<int>(sched_.running().size() + sched_.waiting().size() + inbox_.size());
+  return static_cast<int>(sched_.running().size() + sched_.waiting().size() + inbox_.size() + embed_jobs_.size() +
+                          embed_inbox_.size());
 }
 
 void Engine::run() {
@@ -297,6 +381,13 @@ void Engine::run() {
 
 void Engine::cancel_all() {
   take_inbox();
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    for (auto& j : embed_inbox_) embed_jobs_.push_back(std::move(j));
+    embed_inbox_.clear();
+  }
+  for (auto& j : embed_jobs_) j->finish(Status::Cancelled, "cancelled: the engine stopped");
+  embed_jobs_.clear();
   sched_.cancel_all();
   publish_stats();
 }

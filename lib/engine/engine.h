@@ -75,6 +75,7 @@ struct EngineStats {
   int32_t n_running = 0, n_waiting = 0;
   uint64_t n_steps = 0, n_prompt_tokens = 0, n_generated_tokens = 0, n_preemptions = 0;
   uint64_t n_finished = 0;
+  uint64_t n_embed_jobs = 0, n_embed_passes = 0, n_embed_tokens = 0;  // embedding jobs finished, their passes and tokens
   SpecCounters spec;               // speculative decoding, all requests
   double uptime_s = 0;             // since the engine was created
   KvStats kv;
@@ -140,6 +141,11 @@ class Engine {
   // returns the number of rows it consumed.
   size_t verify(const StepPlan& plan, size_t first);
   void publish_stats();
+  // One embedding pass over the queued jobs' next inputs (jobs of one kind,
+  // vectors or rank), within what is left of the step's max_batch_tokens
+  // after step_tokens of generation (at least a quarter of it), finishing
+  // the jobs it completes.
+  void run_embeds(size_t step_tokens);
 
   const Model& model_;
   EngineParams params_;
@@ -161,6 +167,10 @@ class Engine {
   // the scheduler at the start of each step.
   mutable std::mutex inbox_mu_;
   std::vector<std::shared_ptr<Sequence>> inbox_;
+  std::vector<std::shared_ptr<EmbedJob>> embed_inbox_;
+  // Embedding jobs (stepping thread), computed by embedder_ on the engine's backend.
+  std::deque<std::shared_ptr<EmbedJob>> embed_jobs_;
+  std::unique_ptr<Embedder> embedder_;
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex stats_mu_;
   EngineStats published_;

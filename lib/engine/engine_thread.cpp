@@ -62,7 +62,8 @@ void EngineThread::loop() {
       const EngineStats before = engine_.stats();
       active = engine_.step();
       const EngineStats after = engine_.stats();
-      progress = after.n_steps != before.n_steps || after.n_finished != before.n_finished;
+      progress = after.n_steps != before.n_steps || after.n_finished != before.n_finished ||
+                 after.n_embed_passes != before.n_embed_passes;
     } catch (const std::exception& e) {
       // step() fails requests, not the engine; anything else is a bug worth a
       // log line. Work may remain: try again (after the idle back-off) rather

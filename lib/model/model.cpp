@@ -31,14 +31,19 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   if (arch == "phi3") return create_phi3_model(std::move(gguf), std::move(tok));
   if (arch == "gemma") return create_gemma_model(std::move(gguf), std::move(tok));
   if (arch == "gemma2") return create_gemma2_model(std::move(gguf), std::move(tok));
+  if (arch == "bert" || arch == "nomic-bert") return create_bert_model(std::move(gguf), std::move(tok));
   std::string names;
   for (const std::string& a : supported_architectures()) names += (names.empty() ? "" : ", ") + a;
   raise(Status::Unsupported, "model architecture '%s' is not supported (supported: %s)", arch.c_str(), names.c_str());
 }
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2"};
+  static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "bert", "nomic-bert"};
   return kArchs;
+}
+
+void Model::encode(const Batch&, Backend&, Workspace&, float*, bool) const {
+  raise(Status::Unsupported, "'%s' models cannot compute embeddings", config_.arch.c_str());
 }
 
 KvLayout Model::kv_layout() const {

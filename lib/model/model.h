@@ -113,6 +113,7 @@ struct Workspace {
   const Backend* owner = nullptr;
   // Host memory.
   std::vector<const int32_t*> tables;  // each token's block table (AttnBatch::table)
+  std::vector<int32_t> ids;            // encoders: token types / positions handed to get_rows
   MoeHostScratch moe;                  // routing of the mixture-of-experts block (model/moe.h)
 };
 

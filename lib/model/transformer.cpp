@@ -58,6 +58,14 @@ void Transformer::read_shape() {
     raise(Status::Format, "rms epsilon or rope frequency base out of range");
   // Mistral-style sliding-window attention, when the file declares it.
   if (gguf_->find(key("attention.sliding_window"))) c.sliding_window = get_dim("attention.sliding_window", 0);
+  // Embedding models (engine/embed.h): how the file says to pool, and
+  // whether attention looks both ways.
+  c.causal = gguf_->get_bool(key("attention.causal")).value_or(true);
+  if (gguf_->find(key("pooling_type"))) {
+    const int64_t pt = gguf_->get_int(key("pooling_type")).value_or(-2);
+    if (pt < 0 || pt > 4) raise(Status::Format, "%s = %lld is not a pooling type (0..4)", key("pooling_type").c_str(), (long long)pt);
+    c.pooling = static_cast<int32_t>(pt);
+  }
 }
 
 void Transformer::setup_rope(bool neox) {
@@ -312,8 +320,15 @@ DenseTransformer::DenseTransformer(std::unique_ptr<GgufFile> gguf, std::unique_p
 
 void Transformer::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
                           const uint8_t* skip) const {
-  Pass p = begin(batch, kv, be, ws);  // embeddings scaled by config.embed_scale
+  if (config_.encoder_only) raise(Status::InvalidArgument, "'%s' is an embedding model: it does not generate", config_.arch.c_str());
+  Pass p = begin(batch, &kv, be, ws);  // embeddings scaled by config.embed_scale
   if (p.m == 0) return;
+  run_layers(p, skip);
+  output(p, logits);  // final soft-cap: config
+}
+
+void Transformer::run_layers(Pass& p, const uint8_t* skip) const {
+  Backend& be = p.be;
   const int64_t n = p.m * config_.n_embd;
   for (int l = 0; l < config_.n_layer; ++l) {
     if (skip && skip[l]) continue;  // the self-speculative draft
@@ -327,7 +342,14 @@ void Transformer::forward(const Batch& batch, KvCache& kv, Backend& be, Workspac
     if (!L.post_ffn_norm.empty()) norm(p, L.post_ffn_norm, p.xb, p.xb);
     be.add(p.x, p.xb, n);
   }
-  output(p, logits);  // final soft-cap: config
+}
+
+void Transformer::encode(const Batch& batch, Backend& be, Workspace& ws, float* out, bool rank) const {
+  if (rank) raise(Status::InvalidArgument, "'%s' has no classifier head: it cannot rerank", config_.arch.c_str());
+  Pass p = begin(batch, nullptr, be, ws);
+  if (p.m == 0) return;
+  run_layers(p, nullptr);
+  output_hidden(p, out);
 }
 
 void Transformer::for_each_weight(const std::function<void(const WeightView&)>& fn) const {
@@ -356,7 +378,7 @@ void Transformer::reserve_workspace(Workspace& ws, Backend& be, int64_t m) const
     for (int i = 0; i < 3; ++i) dws.get<float>(kSlotXperm + i, m * std::max({d, q_dim, static_cast<int64_t>(c.n_ff)}));
 }
 
-Pass Transformer::begin(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws) const {
+Pass Transformer::begin(const Batch& batch, KvCache* kv, Backend& be, Workspace& ws) const {
   if (vocab_only_) raise(Status::InvalidArgument, "model was loaded with vocab_only: it cannot run");
   gguf().check_intact();  // a truncated mmapped file (any shard of an HF directory): Error(Io), not SIGBUS
   const ModelConfig& c = config_;
@@ -364,7 +386,10 @@ Pass Transformer::begin(const Batch& batch, KvCache& kv, Backend& be, Workspace&
   for (int64_t t = 0; t < m; ++t) {
     if (batch.tokens[t] < 0 || batch.tokens[t] >= c.n_vocab)
       raise(Status::InvalidArgument, "token id %d is out of range [0, %d)", batch.tokens[t], c.n_vocab);
-    if (!kv.has_sequence(batch.slot[t]) || batch.pos[t] < 0 || batch.pos[t] >= kv.capacity(batch.slot[t]))
+    if (!kv) {
+      if (batch.pos[t] < 0 || (t > 0 && batch.slot[t] == batch.slot[t - 1] && batch.pos[t] <= batch.pos[t - 1]))
+        raise(Status::Internal, "encode batch token %lld: positions must rise within a sequence", (long long)t);
+    } else if (!kv->has_sequence(batch.slot[t]) || batch.pos[t] < 0 || batch.pos[t] >= kv->capacity(batch.slot[t]))
       raise(Status::Internal, "batch token %lld has no KV room (slot %d, pos %d)", (long long)t, batch.slot[t],
             batch.pos[t]);
   }
@@ -385,7 +410,7 @@ Pass Transformer::begin(const Batch& batch, KvCache& kv, Backend& be, Workspace&
   // metadata, copied once per pass by a device backend).
   if (ws.tables.size() < static_cast<size_t>(m)) ws.tables.resize(static_cast<size_t>(m));
   const int32_t** tables = ws.tables.data();
-  for (int64_t t = 0; t < m; ++t) tables[t] = kv.block_table(batch.slot[t]).data();
+  for (int64_t t = 0; t < m; ++t) tables[t] = kv ? kv->block_table(batch.slot[t]).data() : nullptr;
   p.ab = AttnBatch{m, batch.pos.data(), batch.slot.data(), c.sliding_window, tables, c.attn_softcap};
   p.rp = RopeParams{c.n_rot, c.rope_neox, inv_freq_.data(), c.rope_pos_scale, c.rope_mscale};
   be.upload_batch(p.ab);
@@ -420,8 +445,14 @@ void Transformer::attention(Pass& p, int layer, const AttnWeights& a, const floa
   be.rope(p.q, m, c.n_head, c.head_dim, p.batch.pos.data(), p.rp);
   be.rope(p.k, m, c.n_head_kv, c.head_dim, p.batch.pos.data(), p.rp);
   p.ab.window = a.window;
-  be.kv_write(p.kv.memory(), layer, p.k, p.v, p.ab);
-  be.attention(p.q, p.kv.memory(), layer, p.ab, c.n_head, attn_scale_, p.att);
+  if (!p.kv) {  // an encode pass: within the batch, no KV
+    if (a.window > 0 || c.attn_softcap > 0)
+      raise(Status::Unsupported, "embedding with sliding-window or soft-capped attention is not supported");
+    be.attention_dense(p.q, p.k, p.v, p.ab, c.n_head, c.n_head_kv, c.head_dim, attn_scale_, c.causal, p.att);
+  } else {
+    be.kv_write(p.kv->memory(), layer, p.k, p.v, p.ab);
+    be.attention(p.q, p.kv->memory(), layer, p.ab, c.n_head, attn_scale_, p.att);
+  }
   linear(p, a.wo, p.att, m, out);
 }
 
@@ -454,6 +485,17 @@ void Transformer::output(Pass& p, float* logits) const {
   linear(p, output_, rows, nr, out);
   if (c.final_softcap > 0) p.be.softcap(out, nr * c.n_vocab, c.final_softcap);
   p.dws.download(logits, out, bytes);
+}
+
+void Transformer::output_hidden(Pass& p, float* out) const {
+  const int64_t d = config_.n_embd;
+  const int64_t nr = static_cast<int64_t>(p.batch.logit_rows.size());
+  if (nr == 0) return;
+  const size_t bytes = sizeof(float) * static_cast<size_t>(nr) * static_cast<size_t>(d);
+  float* rows = static_cast<float*>(p.dws.output(kSlotLogits, out, bytes));
+  p.be.gather_rows(p.x, p.batch.logit_rows.data(), nr, d, rows);
+  p.be.rms_norm(rows, output_norm_.data(), nr, d, config_.rms_eps, rows);
+  p.dws.download(out, rows, bytes);
 }
 
 }  // namespace infer

@@ -56,7 +56,7 @@ enum WorkspaceSlot : int {
 // rows, backend memory from the workspace) and what every layer shares.
 struct Pass {
   const Batch& batch;
-  KvCache& kv;
+  KvCache* kv;            // nullptr: an encode pass (attention within the batch, no KV)
   Backend& be;
   Workspace& ws;          // host side
   BackendWorkspace& dws;  // the activations
@@ -77,6 +77,10 @@ class Transformer : public Model {
                const uint8_t* skip) const override;
   void for_each_weight(const std::function<void(const WeightView&)>& fn) const override;
   void reserve_workspace(Workspace& ws, Backend& be, int64_t rows) const override;
+  // Decoders as embedding models: the same stack with attention inside the
+  // batch (causal unless the file says *.attention.causal = false), the
+  // final norm of the wanted rows, and no output head.
+  void encode(const Batch& batch, Backend& be, Workspace& ws, float* out, bool rank) const override;
 
  protected:
   Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only);
@@ -125,7 +129,10 @@ class Transformer : public Model {
 
   // ---- forward building blocks ----
   // Validates the batch, sizes the buffers and embeds the tokens into p.x.
-  Pass begin(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws) const;
+  // kv nullptr: an encode pass (no KV room to check, no block tables).
+  Pass begin(const Batch& batch, KvCache* kv, Backend& be, Workspace& ws) const;
+  // The residual stack of forward() over p (layers flagged in skip left out).
+  void run_layers(Pass& p, const uint8_t* skip) const;
   // out = RMSNorm(in) * w, row by row over the pass's m rows of n_embd.
   void norm(Pass& p, const std::vector<float>& w, const float* in, float* out) const {
     p.be.rms_norm(in, w.data(), p.m, config_.n_embd, config_.rms_eps, out);
@@ -148,6 +155,9 @@ class Transformer : public Model {
   }
   // Logits of the batch's logit_rows, into host memory (the edge out).
   void output(Pass& p, float* logits) const;
+  // The final-normed hidden states of the batch's logit_rows, into `out`
+  // (host memory, n_embd floats per row).
+  void output_hidden(Pass& p, float* out) const;
 
   std::vector<LayerWeights> layers_;
   mutable std::deque<WeightCache> caches_;  // one per bound matrix (stable addresses)

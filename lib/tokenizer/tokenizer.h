@@ -3,8 +3,7 @@
 // Tokenizer::create picks the algorithm from `tokenizer.ggml.model`:
 //  - "llama" -> SentencePiece-style BPE (score-driven merges, byte fallback);
 //  - "gpt2"  -> byte-level BPE (rank-driven merges from tokenizer.ggml.merges)
-//    with the pre-tokenizer named by `tokenizer.ggml.pre` (see pretokenizer.h);
-//  - "bert"  -> WordPiece (see wordpiece.h).
+//    with the pre-tokenizer named by `tokenizer.ggml.pre` (see pretokenizer.h).
 // Anything else, and an unknown pre-tokenizer, is Error(Unsupported) naming
 // the value.
 #pragma once
@@ -38,9 +37,6 @@ struct Vocab {
   std::vector<TokenType> types;    // tokenizer.ggml.token_type (Normal when absent)
   std::vector<std::string> merges; // tokenizer.ggml.merges (BPE only)
   int32_t bos = -1, eos = -1, unk = -1, pad = -1, eot = -1;
-  // tokenizer.ggml.cls_token_id / tokenizer.ggml.seperator_token_id (sic),
-  // and tokenizer.ggml.mask_token_id: BERT-style vocabularies.
-  int32_t cls = -1, sep = -1, mask = -1;
   bool add_bos = true;             // tokenizer.ggml.add_bos_token
   bool add_eos = false;            // tokenizer.ggml.add_eos_token
   bool add_space_prefix = true;    // tokenizer.ggml.add_space_prefix
@@ -83,8 +79,7 @@ class Tokenizer {
   int32_t n_vocab() const { return vocab_.size(); }
 
   // Text to token ids. add_bos prepends BOS (when the vocabulary has one);
-  // EOS is never appended (add_eos is only reported). WordPiece ("bert"):
-  // add_bos means the special tokens, [CLS] at the start and [SEP] at the end.
+  // EOS is never appended (add_eos is only reported).
   // parse_special: control (and unknown) tokens written literally in the text
   // (e.g. "<s>") become their ids, leftmost-longest match; otherwise they are
   // plain text. User-defined tokens are always atomic, as in SentencePiece
@@ -116,12 +111,6 @@ class Tokenizer {
   // End of generation: EOS, EOT, or another end-of-generation control token.
   bool is_eog(int32_t id) const;
   bool is_control(int32_t id) const;
-
-  // Sequence-start and separator tokens of encoder vocabularies: cls (else
-  // BOS) and sep (else EOS); -1 when none. WordPiece's encode(text, true)
-  // gives [CLS] text [SEP]; a pair is [CLS] a [SEP] b [SEP].
-  int32_t cls() const { return vocab_.cls >= 0 ? vocab_.cls : vocab_.bos; }
-  int32_t sep() const { return vocab_.sep >= 0 ? vocab_.sep : vocab_.eos; }
 
   // Special-token whitespace rules for text matched with parse_special (and
   // user-defined tokens): kLStrip drops the whitespace just before the token,

@@ -1,5 +1,6 @@
 #include "tools/synth.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sys/stat.h>
@@ -126,6 +127,33 @@ const std::vector<SynthPreset>& synth_presets() {
       p.n_expert = 4;
       p.n_expert_used = 2;
     });
+    // Embedding models (synth.h). Encoders: n_head_kv = n_head, rms_eps is the LayerNorm epsilon.
+    auto encoder = [&](const char* name, const char* arch) {
+      SynthPreset p = tiny(name, arch);
+      p.n_head_kv = 4;
+      p.n_ff = 128;
+      p.n_vocab = 1000;
+      p.n_ctx = 128;
+      p.rms_eps = 1e-12f;
+      p.pooling = 1;
+      return p;
+    };
+    add(encoder("tiny-bert", "bert"), [](SynthPreset&) {});
+    add(encoder("tiny-bert-rerank", "bert"), [](SynthPreset& p) {
+      p.pooling = 4;
+      p.n_cls_out = 1;
+    });
+    add(encoder("tiny-nomic-bert", "nomic-bert"), [](SynthPreset& p) { p.rope_base = 1000.0f; });
+    add(tiny("tiny-qwen3-embed", "qwen3"), [](SynthPreset& p) {
+      p.head_dim = 32;
+      p.tied = true;
+      p.rms_eps = 1e-6f;
+      p.pooling = 3;
+    });
+    add({"bge-small", "bert", 384, 12, 12, 12, 1536, 30522, 512, 10000.0f, 1e-12f}, [](SynthPreset& p) {
+      p.random_norms = true;  // nonzero biases, as a trained model has
+      p.pooling = 2;
+    });
     return v;
   }();
   return kPresets;
@@ -251,6 +279,71 @@ SynthBpeVocab synth_chatml_bpe_vocab(int n_vocab) {
   return v;
 }
 
+namespace {
+
+// Words the WordPiece vocabulary holds whole, then continuation suffixes.
+const char* const kWpWords[] = {
+    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not",
+    "he", "i", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were",
+    "their", "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when", "will", "would", "who",
+    "so", "no", "she", "other", "its", "may", "these", "what", "them", "than", "some", "him", "time", "into",
+    "only", "do", "could", "new", "about", "two", "first", "then", "also", "any", "like", "my", "now", "over",
+    "such", "our", "man", "me", "even", "most", "made", "after", "well", "many", "before", "must", "through",
+    "back", "years", "where", "much", "your", "way", "down", "should", "because", "each", "just", "those",
+    "people", "how", "too", "little", "state", "good", "very", "make", "world", "still", "own", "see", "men",
+    "work", "long", "get", "here", "between", "both", "life", "being", "under", "never", "day", "same",
+    "another", "know", "while", "last", "might", "us", "great", "old", "year", "off", "come", "since", "against",
+    "go", "came", "right", "used", "take", "three", "hello", "world", "search", "query", "document", "answer",
+    "question", "embedding", "model", "text", "vector", "cat", "dog", "sat", "mat", "paris", "france", "capital",
+    "city", "river", "water", "fire", "music", "book", "house", "car", "computer", "language", "machine",
+    "learning", "data", "science", "weather", "today", "tomorrow", "sun", "moon", "star", "tree", "food",
+    "play", "run", "walk", "read", "write", "speak", "think", "love", "happy", "sad", "big", "small", "fast",
+    "slow", "red", "green", "blue", "black", "white", "school", "teacher", "student", "doctor", "health",
+    "money", "bank", "market", "price", "game", "team", "sport", "ball", "ocean", "mountain", "forest", "animal",
+};
+const char* const kWpSuffixes[] = {
+    "##s", "##es", "##ed", "##ing", "##er", "##ers", "##est", "##ly", "##y", "##al", "##ic", "##ous", "##ive",
+    "##ize", "##ful", "##less", "##ness", "##ment", "##able", "##tion", "##sion", "##ity", "##en", "##ism",
+    "##ist", "##ian", "##ory", "##ure", "##age", "##ant", "##ent", "##ance", "##ence", "##ial", "##ical",
+};
+
+}  // namespace
+
+SynthWordPieceVocab synth_wordpiece_vocab(int n_vocab) {
+  if (n_vocab < 300) raise(Status::InvalidArgument, "synth: a WordPiece vocabulary needs at least 300 tokens");
+  SynthWordPieceVocab v;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& t, int32_t type) {
+    if (static_cast<int>(v.tokens.size()) >= n_vocab || !seen.insert(t).second) return;
+    v.tokens.push_back(t);
+    v.types.push_back(type);
+  };
+  for (const char* t : {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"}) add(t, 3);
+  std::vector<std::string> singles;
+  for (char c = 33; c < 127; ++c)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && !(c >= 'A' && c <= 'Z')) singles.push_back(std::string(1, c));
+  for (char c = 'a'; c <= 'z'; ++c) singles.push_back(std::string(1, c));
+  for (char c = '0'; c <= '9'; ++c) singles.push_back(std::string(1, c));
+  for (const std::string& t : singles) add(t, 1);
+  for (const std::string& t : singles) add("##" + t, 1);
+  for (const char* w : kWpWords) add(w, 1);
+  for (const char* w : kWpSuffixes) add(w, 1);
+  // Then letter strings of 2, 3, ... letters, each whole and as a continuation.
+  std::vector<std::string> prev = {""};
+  while (static_cast<int>(v.tokens.size()) < n_vocab) {
+    std::vector<std::string> next;
+    for (const std::string& s : prev)
+      for (char ch = 'a'; ch <= 'z'; ++ch) next.push_back(s + ch);
+    for (const std::string& s : next) {
+      if (s.size() < 2) continue;
+      add(s, 1);
+      add("##" + s, 1);
+    }
+    prev = std::move(next);
+  }
+  return v;
+}
+
 // ChatML (<|im_start|>ROLE\nTEXT<|im_end|>\n) with tools: their JSON
 // signatures go in the system turn, calls are {"name": ..., "arguments": ...}
 // between <tool_call> tags, tool results come back in a user turn between
@@ -323,7 +416,163 @@ static std::vector<float> llama3_rope_factors(int n_rot, float base, float facto
   return f;
 }
 
+// Declares the tensors (matrices in the weight type, as quantize would),
+// then streams their rows. Returns the file size.
+static uint64_t write_tensors(GgufStreamWriter& w, std::vector<Tensor>& ts, const SynthOptions& o,
+                              const std::string& path) {
+  // Rows of a tensor: the product of its dims after the first.
+  auto n_rows = [](const Tensor& t) {
+    int64_t r = 1;
+    for (size_t i = 1; i < t.dims.size(); ++i) r *= t.dims[i];
+    return r;
+  };
+  bool noted = false;
+  for (Tensor& t : ts) {
+    // Experts are matrices stacked along a third dim; the router stays F32.
+    const bool experts = t.dims.size() == 3;
+    const bool router = t.name.find("ffn_gate_inp") != std::string::npos;
+    if (experts || (!router && is_quantizable(t.name, t.dims))) {
+      bool fb = false;
+      t.type = tensor_type(o.type, t.dims[0], &fb);
+      if (fb && o.note && !noted) {
+        o.note(strformat("%s: rows of %lld values do not fit %s blocks: written as %s (and likewise for others)",
+                         t.name.c_str(), (long long)t.dims[0], dtype_name(o.type), dtype_name(t.type)));
+        noted = true;
+      }
+    }
+    declare_tensor(w, t.name, t.dims, t.type);
+  }
+  w.begin();
+
+  ThreadPool pool(o.n_threads);
+  uint64_t total = 0, done = 0;
+  for (const Tensor& t : ts) total += static_cast<uint64_t>(t.dims[0]) * n_rows(t);
+  std::vector<float> buf, scales;
+  for (size_t ti = 0; ti < ts.size(); ++ti) {
+    const Tensor& t = ts[ti];
+    const int64_t n = t.dims[0], rows = n_rows(t);
+    if (o.progress) o.progress(static_cast<double>(done) / static_cast<double>(total), t.name);
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(32) << 20) / (4 * n)));
+    if (t.type == DType::W8A8) scales.resize(static_cast<size_t>(rows));
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t r1 = std::min(rows, r0 + chunk);
+      buf.resize(static_cast<size_t>((r1 - r0) * n));
+      pool.run([&](int tid, int nth) {
+        for (int64_t r = r0 + (r1 - r0) * tid / nth; r < r0 + (r1 - r0) * (tid + 1) / nth; ++r) {
+          float* row = buf.data() + (r - r0) * n;
+          if (!t.fixed.empty()) {
+            std::copy(t.fixed.begin(), t.fixed.end(), row);
+          } else if (t.stddev == 0) {
+            std::fill(row, row + n, t.base);
+          } else {
+            random_row(o.seed, ti, static_cast<uint64_t>(r), t.stddev, row, n);
+            for (int64_t i = 0; i < n; ++i) row[i] += t.base;
+          }
+        }
+      });
+      write_rows(w, t.type, buf.data(), r1 - r0, n, t.type == DType::W8A8 ? scales.data() + r0 : nullptr, &pool);
+    }
+    if (t.type == DType::W8A8) w.write(scales.data(), scales.size() * 4);
+    done += static_cast<uint64_t>(n) * rows;
+  }
+  w.finish();
+  if (o.progress) o.progress(1.0, "done");
+  struct stat sb;
+  return ::stat(path.c_str(), &sb) == 0 ? static_cast<uint64_t>(sb.st_size) : 0;
+}
+
+static bool is_encoder_arch(const std::string& a) { return a == "bert" || a == "nomic-bert"; }
+
+// bert and nomic-bert (synth.h): converted files' keys and tensors, a WordPiece vocabulary.
+static uint64_t write_synth_encoder(const SynthPreset& p, const std::string& path, const SynthOptions& o) {
+  const std::string a = p.arch;
+  const bool nomic = a == "nomic-bert";
+  if (p.n_head_kv != p.n_head || p.n_embd % p.n_head != 0)
+    raise(Status::InvalidArgument, "synth: %s needs as many KV heads as heads and a dim they divide", a.c_str());
+  if (p.n_cls_out > 0 && nomic) raise(Status::InvalidArgument, "synth: a classifier head is written for bert only");
+  GgufStreamWriter w(path);
+  w.set("general.architecture", GgufValue::make_string(a));
+  w.set("general.name", GgufValue::make_string(std::string("synthetic ") + p.name));
+  w.set(a + ".context_length", GgufValue::make_u32(static_cast<uint32_t>(p.n_ctx)));
+  w.set(a + ".embedding_length", GgufValue::make_u32(static_cast<uint32_t>(p.n_embd)));
+  w.set(a + ".feed_forward_length", GgufValue::make_u32(static_cast<uint32_t>(p.n_ff)));
+  w.set(a + ".block_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_layer)));
+  w.set(a + ".attention.head_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_head)));
+  w.set(a + ".attention.layer_norm_epsilon", GgufValue::make_f32(p.rms_eps));
+  w.set(a + ".attention.causal", GgufValue::make_bool(false));
+  if (p.pooling >= 0) w.set(a + ".pooling_type", GgufValue::make_u32(static_cast<uint32_t>(p.pooling)));
+  if (nomic) w.set(a + ".rope.freq_base", GgufValue::make_f32(p.rope_base));
+  const SynthWordPieceVocab v = synth_wordpiece_vocab(p.n_vocab);
+  w.set("tokenizer.ggml.model", GgufValue::make_string("bert"));
+  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(v.tokens));
+  w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(v.types));
+  w.set("tokenizer.ggml.token_type_count", GgufValue::make_u32(2));
+  // [PAD] [UNK] [CLS] [SEP] [MASK] are ids 0-4; BOS is [CLS], EOS [SEP].
+  w.set("tokenizer.ggml.padding_token_id", GgufValue::make_u32(0));
+  w.set("tokenizer.ggml.unknown_token_id", GgufValue::make_u32(1));
+  w.set("tokenizer.ggml.cls_token_id", GgufValue::make_u32(2));
+  w.set("tokenizer.ggml.seperator_token_id", GgufValue::make_u32(3));  // sic: the ecosystem's key
+  w.set("tokenizer.ggml.mask_token_id", GgufValue::make_u32(4));
+  w.set("tokenizer.ggml.bos_token_id", GgufValue::make_u32(2));
+  w.set("tokenizer.ggml.eos_token_id", GgufValue::make_u32(3));
+  w.set("tokenizer.ggml.add_bos_token", GgufValue::make_bool(true));
+  w.set("tokenizer.ggml.add_eos_token", GgufValue::make_bool(true));
+  write_quant_metadata(w, o.type, QuantMethod::Rtn);
+
+  const float s_in = p.weight_std, s_out = p.weight_std / std::sqrt(2.0f * static_cast<float>(p.n_layer));
+  const float s_norm = p.random_norms ? 0.2f / std::sqrt(3.0f) : 0.0f;  // 1 + U(-0.2, 0.2)
+  const float s_bias = p.random_norms ? 0.1f : 0.0f;
+  const int64_t d = p.n_embd, ff = p.n_ff;
+  std::vector<Tensor> ts;
+  auto matrix = [&](const std::string& n, int64_t in, int64_t out, float sd) { ts.push_back({n, {in, out}, sd, DType::F32}); };
+  auto bias = [&](const std::string& n, int64_t len) { ts.push_back({n, {len}, s_bias, DType::F32}); };
+  auto layer_norm = [&](const std::string& n) {
+    ts.push_back({n + ".weight", {d}, s_norm, DType::F32, 1.0f});
+    bias(n + ".bias", d);
+  };
+  matrix("token_embd.weight", d, p.n_vocab, s_in);
+  matrix("token_types.weight", d, 2, s_in);
+  if (!nomic) matrix("position_embd.weight", d, p.n_ctx, s_in);
+  layer_norm("token_embd_norm");
+  for (int l = 0; l < p.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    if (nomic) {
+      matrix(b + "attn_qkv.weight", d, 3 * d, s_in);  // rows: all Q, all K, all V
+      matrix(b + "attn_output.weight", d, d, s_out);
+    } else {
+      for (const char* m : {"attn_q", "attn_k", "attn_v"}) {
+        matrix(b + m + ".weight", d, d, s_in);
+        bias(b + m + ".bias", d);
+      }
+      matrix(b + "attn_output.weight", d, d, s_out);
+      bias(b + "attn_output.bias", d);
+    }
+    layer_norm(b + "attn_output_norm");
+    matrix(b + "ffn_up.weight", d, ff, s_in);
+    if (nomic) {
+      matrix(b + "ffn_gate.weight", d, ff, s_in);
+    } else {
+      bias(b + "ffn_up.bias", ff);
+    }
+    matrix(b + "ffn_down.weight", ff, d, s_out);
+    if (!nomic) bias(b + "ffn_down.bias", d);
+    layer_norm(b + "layer_output_norm");
+  }
+  if (p.n_cls_out > 0) {  // the reranker's pooler (dense + tanh) and classifier
+    matrix("cls.weight", d, d, s_in);
+    bias("cls.bias", d);
+    matrix("cls.output.weight", d, p.n_cls_out, s_in);
+    bias("cls.output.bias", p.n_cls_out);
+  }
+  return write_tensors(w, ts, o, path);
+}
+
 uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const SynthOptions& o) {
+  if (is_encoder_arch(p.arch)) {
+    if (o.type != DType::W8A8 && !can_quantize(o.type))
+      raise(Status::InvalidArgument, "synth: cannot write weights as %s", dtype_name(o.type));
+    return write_synth_encoder(p, path, o);
+  }
   if (o.type != DType::W8A8 && !can_quantize(o.type))
     raise(Status::InvalidArgument, "synth: cannot write weights as %s", dtype_name(o.type));
   const std::string a = p.arch;
@@ -361,6 +610,7 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
   }
   if (scaling == "llama3" || scaling == "longrope")
     w.set(a + ".rope.scaling.original_context_length", GgufValue::make_u32(static_cast<uint32_t>(p.rope_orig_ctx)));
+  if (p.pooling >= 0) w.set(a + ".pooling_type", GgufValue::make_u32(static_cast<uint32_t>(p.pooling)));
   if (p.n_expert > 0) {
     w.set(a + ".expert_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_expert)));
     w.set(a + ".expert_used_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_expert_used)));
@@ -459,65 +709,7 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
     matrix(b + "ffn_down.weight", p.n_ff, p.n_embd, s_out);
     if (post) norm(b + "post_ffw_norm.weight", p.n_embd);
   }
-  // Rows of a tensor: the product of its dims after the first.
-  auto n_rows = [](const Tensor& t) {
-    int64_t r = 1;
-    for (size_t i = 1; i < t.dims.size(); ++i) r *= t.dims[i];
-    return r;
-  };
-  bool noted = false;
-  for (Tensor& t : ts) {
-    // Experts are matrices stacked along a third dim; the router stays F32.
-    const bool experts = t.dims.size() == 3;
-    const bool router = t.name.find("ffn_gate_inp") != std::string::npos;
-    if (experts || (!router && is_quantizable(t.name, t.dims))) {
-      bool fb = false;
-      t.type = tensor_type(o.type, t.dims[0], &fb);
-      if (fb && o.note && !noted) {
-        o.note(strformat("%s: rows of %lld values do not fit %s blocks: written as %s (and likewise for others)",
-                         t.name.c_str(), (long long)t.dims[0], dtype_name(o.type), dtype_name(t.type)));
-        noted = true;
-      }
-    }
-    declare_tensor(w, t.name, t.dims, t.type);
-  }
-  w.begin();
-
-  ThreadPool pool(o.n_threads);
-  uint64_t total = 0, done = 0;
-  for (const Tensor& t : ts) total += static_cast<uint64_t>(t.dims[0]) * n_rows(t);
-  std::vector<float> buf, scales;
-  for (size_t ti = 0; ti < ts.size(); ++ti) {
-    const Tensor& t = ts[ti];
-    const int64_t n = t.dims[0], rows = n_rows(t);
-    if (o.progress) o.progress(static_cast<double>(done) / static_cast<double>(total), t.name);
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(rows, (int64_t(32) << 20) / (4 * n)));
-    if (t.type == DType::W8A8) scales.resize(static_cast<size_t>(rows));
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const int64_t r1 = std::min(rows, r0 + chunk);
-      buf.resize(static_cast<size_t>((r1 - r0) * n));
-      pool.run([&](int tid, int nth) {
-        for (int64_t r = r0 + (r1 - r0) * tid / nth; r < r0 + (r1 - r0) * (tid + 1) / nth; ++r) {
-          float* row = buf.data() + (r - r0) * n;
-          if (!t.fixed.empty()) {
-            std::copy(t.fixed.begin(), t.fixed.end(), row);
-          } else if (t.stddev == 0) {
-            std::fill(row, row + n, t.base);
-          } else {
-            random_row(o.seed, ti, static_cast<uint64_t>(r), t.stddev, row, n);
-            for (int64_t i = 0; i < n; ++i) row[i] += t.base;
-          }
-        }
-      });
-      write_rows(w, t.type, buf.data(), r1 - r0, n, t.type == DType::W8A8 ? scales.data() + r0 : nullptr, &pool);
-    }
-    if (t.type == DType::W8A8) w.write(scales.data(), scales.size() * 4);
-    done += static_cast<uint64_t>(n) * rows;
-  }
-  w.finish();
-  if (o.progress) o.progress(1.0, "done");
-  struct stat sb;
-  return ::stat(path.c_str(), &sb) == 0 ? static_cast<uint64_t>(sb.st_size) : 0;
+  return write_tensors(w, ts, o, path);
 }
 
 }  // namespace infer

@@ -33,6 +33,22 @@
 //                           tool calls against it end to end.
 //   mixtral-tiny    llama   tiny's shape (test std and norms) with a mixture of 4 experts of ffn 160, top-2
 //                           (tests/ref/moe_ref.py checks our logits on it)
+// Embedding models (tests/ref/embed_ref.py checks our embeddings on the tiny ones; test std,
+// random LayerNorm weights and biases, a WordPiece vocabulary for the encoders):
+//   tiny-bert        bert        dim 64, 2 layers, 4 heads, ffn 128, ctx 128, vocab 1000, pooling mean
+//   tiny-bert-rerank bert        tiny-bert with a classifier head (cls.weight/.bias, a pooler with tanh,
+//                                then cls.output.weight/.bias, 1 output), pooling rank
+//   tiny-nomic-bert  nomic-bert  dim 64, 2 layers, 4 heads, ffn 128, ctx 128, vocab 1000, rope base 1000,
+//                                fused QKV and a SwiGLU FFN without biases, pooling mean
+//   tiny-qwen3-embed qwen3       tiny-qwen3's shape and vocabulary with pooling last (causal, as
+//                                Qwen3-Embedding: the final-norm hidden state of the last token)
+//   bge-small        bert        dim 384, 12 layers, 12 heads, ffn 1536, ctx 512, vocab 30522, pooling cls:
+//                                bge-small-en-v1.5's shape, for benchmarks
+// The encoders write the GGUF layout of converted BERT / nomic-bert files: <arch>.attention.causal
+// false, <arch>.attention.layer_norm_epsilon, <arch>.pooling_type, token_types.weight [n_embd, 2],
+// token_embd_norm, position_embd (bert only), per layer attn_q/k/v (+bias) or attn_qkv,
+// attn_output, attn_output_norm, ffn_up (+ffn_gate), ffn_down, layer_output_norm (weight and bias);
+// no output norm or head. Biases exist in bert only (nomic-bert has none but its LayerNorms').
 //
 // Mixture-of-experts presets (n_expert > 0) write Mixtral's GGUF layout: the
 // router blk.N.ffn_gate_inp.weight [n_embd, E], kept F32 as the quantizers of
@@ -74,6 +90,10 @@ struct SynthPreset {
   bool random_norms = false;   // norms 1 + U(+-0.2), biases and rope factors random
   int n_expert = 0, n_expert_used = 0;  // mixture of experts (llama: Mixtral's layout); 0: a dense FFN
   bool chatml_bpe = false;     // byte-level BPE vocabulary and a ChatML template with tools (synth_chatml_bpe_vocab)
+  // Embedding models: bert and nomic-bert (LayerNorm epsilon in rms_eps) carry
+  // a WordPiece vocabulary (synth_wordpiece_vocab); decoders may say how to pool.
+  int pooling = -1;            // <arch>.pooling_type (0 none, 1 mean, 2 cls, 3 last, 4 rank); -1: not written
+  int n_cls_out = 0;           // bert reranker: the classifier head's outputs (cls.* tensors); 0: none
 };
 
 const std::vector<SynthPreset>& synth_presets();
@@ -89,6 +109,16 @@ struct SynthBpeVocab {
 SynthBpeVocab synth_chatml_bpe_vocab(int n_vocab);
 // The Jinja chat template of the chatml_bpe presets (ChatML with tools).
 const char* synth_chatml_template();
+// The WordPiece vocabulary of the bert and nomic-bert presets, n_vocab tokens
+// (at least 300): [PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4, control), the
+// ASCII punctuation, letters and digits, their "##" continuations, then
+// English words and "##" suffixes, then letter strings and their "##" forms
+// while room is left. Lowercase (an uncased model's), every entry distinct.
+struct SynthWordPieceVocab {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;  // 3 control (the five specials), 1 normal
+};
+SynthWordPieceVocab synth_wordpiece_vocab(int n_vocab);
 const SynthPreset* find_synth_preset(const std::string& name);
 
 struct SynthOptions {

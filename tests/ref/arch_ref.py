@@ -266,6 +266,16 @@ class Ref:
         return (act(gate) * up) @ self.t(b + 'ffn_down.weight').T
 
     def forward(self, tokens):
+        x = self.hidden(tokens)
+        w = self.g.tensors.get('output.weight', self.t('token_embd.weight'))  # tie_word_embeddings
+        logits = x @ w.T
+        if self.final_softcap:
+            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
+        return logits
+
+    def hidden(self, tokens):
+        # The last hidden state after the final norm (what the LM head reads;
+        # embedding models pool it: tests/ref/embed_ref.py).
         pos = np.arange(len(tokens), dtype=np.float64)
         x = self.t('token_embd.weight')[tokens]
         if self.gemma:  # hidden_states * hidden_size ** 0.5
@@ -280,12 +290,7 @@ class Ref:
             if self.arch == 'gemma2':
                 h = self.norm(h, b + 'post_ffw_norm.weight')
             x = x + h
-        x = self.norm(x, 'output_norm.weight')
-        w = self.g.tensors.get('output.weight', self.t('token_embd.weight'))  # tie_word_embeddings
-        logits = x @ w.T
-        if self.final_softcap:
-            logits = self.final_softcap * np.tanh(logits / self.final_softcap)
-        return logits
+        return self.norm(x, 'output_norm.weight')
 
 
 def main():
