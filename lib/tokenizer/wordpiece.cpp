@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tokenizer/token_index.h"
 #include "tokenizer/unicode.h"
 
 namespace infer {
@@ -23,14 +24,21 @@ bool cp_is_cjk(uint32_t c) {
          (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
+// Whitespace as Hugging Face's BERT normalizer sees it (Unicode White_Space:
+// Zs, the line and paragraph separators, \t \n \r; the other White_Space
+// controls are dropped as controls first).
 bool cp_is_space(uint32_t c) {
   if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return true;
-  return utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ZS;
+  const utf8proc_category_t k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return k == UTF8PROC_CATEGORY_ZS || k == UTF8PROC_CATEGORY_ZL || k == UTF8PROC_CATEGORY_ZP;
 }
 
+// Every "Other" category (Cc, Cf, Co, Cs, Cn: unassigned code points too),
+// as the reference normalizers drop them.
 bool cp_is_control(uint32_t c) {
   const utf8proc_category_t k = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF;
+  return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CO ||
+         k == UTF8PROC_CATEGORY_CS || k == UTF8PROC_CATEGORY_CN;
 }
 
 bool cp_is_punct(uint32_t c) {
@@ -115,33 +123,32 @@ class WordPieceTokenizer final : public Tokenizer {
                                    : (s.size() > 2 && s.compare(0, 2, "##") == 0);
     }
     gguf_form_ = gguf_form;
+    for (int32_t i = 0; i < n; ++i)
+      if (vocab_.types[i] == TokenType::Control && !vocab_.tokens[i].empty()) special_.insert(vocab_.tokens[i], i);
   }
 
   std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const override {
     std::vector<int32_t> out;
     if (add_bos && vocab_.bos >= 0) out.push_back(vocab_.bos);
-    if (parse_special) {
+    if (parse_special && !special_.empty()) {
       // Control tokens written literally ([CLS], [SEP], [MASK]) become their
-      // ids; the text between them is encoded as usual.
+      // ids (leftmost-longest, one pass over the text through a trie); the
+      // text between them is encoded as usual.
       size_t start = 0;
-      while (start < text.size()) {
-        size_t best = std::string_view::npos, best_len = 0;
-        int32_t best_id = -1;
-        for (int32_t i = 0; i < vocab_.size(); ++i) {
-          if (vocab_.types[i] != TokenType::Control || vocab_.tokens[i].empty()) continue;
-          const size_t at = text.find(vocab_.tokens[i], start);
-          if (at != std::string_view::npos && (at < best || (at == best && vocab_.tokens[i].size() > best_len))) {
-            best = at;
-            best_len = vocab_.tokens[i].size();
-            best_id = i;
-          }
+      for (size_t i = 0; i < text.size();) {
+        int32_t id = -1;
+        const size_t len =
+            special_.starts(static_cast<unsigned char>(text[i])) ? special_.match(text.substr(i), &id) : 0;
+        if (len == 0) {
+          ++i;
+          continue;
         }
-        if (best == std::string_view::npos) break;
-        encode_words(text.substr(start, best - start), out);
-        out.push_back(best_id);
-        start = best + best_len;
+        encode_words(text.substr(start, i - start), out);
+        out.push_back(id);
+        i += len;
+        start = i;
       }
-      encode_words(text.substr(std::min(start, text.size())), out);
+      encode_words(text.substr(start), out);
     } else {
       encode_words(text, out);
     }
@@ -229,6 +236,7 @@ class WordPieceTokenizer final : public Tokenizer {
   }
 
   std::unordered_map<std::string, int32_t> pieces_;
+  TokenTrie special_;  // control tokens, matched in the text when parse_special
   std::vector<uint8_t> continuation_;
   size_t max_piece_ = 0;
   int32_t unk_ = -1;
