@@ -175,7 +175,7 @@ TEST_CASE("hf: config.json becomes the architecture's GGUF keys", "[hf]") {
     Status st;
     const char* msg;
   } bad[] = {
-      {R"({"model_type":"bert"})", Status::Unsupported, "model_type 'bert'"},
+      {R"({"model_type":"xlm-roberta"})", Status::Unsupported, "model_type 'xlm-roberta'"},
       {R"({"hidden_size":64})", Status::Format, "model_type"},
       {R"({"model_type":"llama","num_hidden_layers":2})", Status::Format, "hidden_size"},
       {R"({"model_type":"llama","hidden_size":"64","num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":8})",

@@ -361,7 +361,7 @@ TEST_CASE("tokenizer: vocabulary checks", "[tokenizer]") {
     v.model = "rwkv";
     CHECK(status_of([&] { Tokenizer::create(v); }) == Status::Unsupported);
     CHECK(message_of([&] { Tokenizer::create(v); }) ==
-          "tokenizer model 'rwkv' is not supported (supported: llama, gpt2)");
+          "tokenizer model 'rwkv' is not supported (supported: llama, gpt2, bert)");
     v.model = "gpt2";  // byte-level BPE needs merges
     CHECK(status_of([&] { Tokenizer::create(v); }) == Status::Format);
   }

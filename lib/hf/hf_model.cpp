@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/mmap.h"
 #include "hf/hf.h"
+#include "hf/hf_encoder.h"
 #include "hf/hf_quant.h"
 #include "core/json.h"
 
@@ -49,6 +50,8 @@ const Arch kArchs[] = {
     {"llama", "llama", true},   {"mistral", "llama", true}, {"mixtral", "llama", true},
     {"qwen2", "qwen2", false},  {"qwen3", "qwen3", false},  {"phi3", "phi3", false},
     {"gemma", "gemma", false},  {"gemma2", "gemma2", false},
+    // Encoders (embedding models and rerankers): hf_encoder.cpp.
+    {"bert", "bert", false},    {"nomic_bert", "nomic-bert", false},
 };
 
 const Arch& find_arch(const Json& cfg) {
@@ -56,8 +59,12 @@ const Arch& find_arch(const Json& cfg) {
   if (!mt || !mt->is_string()) raise(Status::Format, "config.json has no model_type string");
   for (const Arch& a : kArchs)
     if (mt->as_string() == a.hf) return a;
+  if (mt->as_string() == "xlm-roberta" || mt->as_string() == "roberta")
+    raise(Status::Unsupported, "config.json: model_type '%s' is not supported (its position table is offset by the "
+          "padding id and its tokenizer is a Unigram model; supported encoders: bert, nomic_bert)",
+          mt->as_string().c_str());
   raise(Status::Unsupported, "config.json: model_type '%s' is not supported (supported: llama, mistral, mixtral, "
-        "qwen2, qwen3, phi3, gemma, gemma2)", mt->as_string().c_str());
+        "qwen2, qwen3, phi3, gemma, gemma2, bert, nomic_bert)", mt->as_string().c_str());
 }
 
 int64_t cfg_int(const Json& cfg, const char* key, int64_t dflt, bool required, int64_t lo = 1,
@@ -98,6 +105,7 @@ Meta config_metadata(std::string_view config_json) {
   Json store;
   const Json& cfg = parse_object(config_json, "config.json", store);
   const Arch& arch = find_arch(cfg);
+  if (is_encoder(arch.hf)) return encoder_config_metadata(cfg, arch.hf);
   const std::string a = arch.gguf;
   Meta m;
   auto k = [&](const char* suffix) { return a + "." + suffix; };
@@ -224,7 +232,12 @@ Meta config_metadata(std::string_view config_json) {
 
 // ---- tensor names ------------------------------------------------------------------
 
-std::string gguf_tensor_name(const std::string& arch, const std::string& n) {
+std::string gguf_tensor_name(const std::string& arch, const std::string& n_in) {
+  if (is_encoder(arch)) return encoder_tensor_name(arch, n_in);
+  // Checkpoints saved from the bare model class (e.g. Qwen3-Embedding's) have
+  // no "model." prefix.
+  const bool bare = n_in.rfind("layers.", 0) == 0 || n_in == "embed_tokens.weight" || n_in == "norm.weight";
+  const std::string n = bare ? "model." + n_in : n_in;
   static const std::map<std::string, std::string> kTop = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -546,11 +559,15 @@ std::unique_ptr<GgufFile> open_directory(const std::string& dir_in, bool use_mma
   int64_t embd_rows = 0;
   std::set<std::string> consumed;
   if (!vocab_only) add_quantized_layers(cfg, arch.hf, by_name, b, consumed, meta);
+  // A BERT checkpoint's pooler is the reranker head's first half only when a
+  // classifier follows it; a BertModel's pooler is not used for embeddings.
+  const bool classifier = by_name.count("classifier.weight") || by_name.count("bert.classifier.weight");
   for (const auto& [hf_name, loc] : by_name) {
     if (consumed.count(hf_name)) continue;
     const SafeTensor& st = *loc.second;
     std::string name = gguf_tensor_name(arch.hf, hf_name);
     if (name.empty()) continue;
+    if (is_encoder(arch.hf) && !classifier && (name == "cls.weight" || name == "cls.bias")) continue;
     if (!st.supported)
       raise(Status::Unsupported, "tensor '%s' has dtype %s (supported: F32, F16, BF16)", hf_name.c_str(), st.dtype.c_str());
     if (st.shape.empty() || st.shape.size() > 3)
@@ -610,7 +627,9 @@ std::unique_ptr<GgufFile> open_directory(const std::string& dir_in, bool use_mma
     b.add_owned(base, dims, first->type, std::move(bytes));
   }
   if (!vocab_only) {
-    if (embd_rows == 0) raise(Status::Format, "%s: no model.embed_tokens.weight", dir.c_str());
+    if (embd_rows == 0)
+      raise(Status::Format, "%s: no %s", dir.c_str(),
+            is_encoder(arch.hf) ? "embeddings.word_embeddings.weight" : "model.embed_tokens.weight");
     // Phi-3 long-rope factors.
     if (const Json* rs = cfg.find("rope_scaling"); rs && rs->is_object() && arch.hf == "phi3") {
       const Json* t = rs->find("type");
@@ -626,6 +645,11 @@ std::unique_ptr<GgufFile> open_directory(const std::string& dir_in, bool use_mma
       }
     }
   }
+
+  // ---- sentence-transformers pooling (modules.json), unless config.json said (a classifier ranks)
+  for (auto& kv : sentence_transformers_metadata(dir, arch.gguf))
+    if (std::none_of(meta.begin(), meta.end(), [&](const auto& x) { return x.first == kv.first; }))
+      meta.push_back(std::move(kv));
 
   // ---- tokenizer
   const std::string tok_path = dir + "/tokenizer.json";

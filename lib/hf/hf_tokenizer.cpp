@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "hf/hf.h"
+#include "hf/hf_encoder.h"
 #include "core/json.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -159,7 +160,9 @@ Meta tokenizer_metadata(std::string_view tokenizer_json, std::string_view tokeni
   if (!model || !model->is_object()) raise(Status::Format, "tokenizer.json has no model object");
   const Json* mtype = model->find("type");
   const std::string type = mtype && mtype->is_string() ? mtype->as_string() : "BPE";
-  if (type != "BPE") raise(Status::Unsupported, "tokenizer.json: model type '%s' is not supported (BPE only)", type.c_str());
+  if (type == "WordPiece") return wordpiece_metadata(tj, tc, cfg, n_vocab_min);
+  if (type != "BPE")
+    raise(Status::Unsupported, "tokenizer.json: model type '%s' is not supported (BPE, WordPiece)", type.c_str());
   const Json* vocab = model->find("vocab");
   if (!vocab || !vocab->is_object()) raise(Status::Format, "tokenizer.json: model.vocab is not an object");
   const Json* bf = model->find("byte_fallback");

@@ -141,9 +141,10 @@ def unpermute_qk(w, n_head):
     return w.reshape(n_head, out // n_head // 2, 2, inp).swapaxes(1, 2).reshape(out, inp)
 
 
-def attention(q, k, v, scale, window, softcap):
+def attention(q, k, v, scale, window, softcap, causal=True):
     # q: (T, H, hd), k/v: (T, Hkv, hd); causal, sliding window (key j seen by
     # query i when i - window < j <= i), GQA (repeat_kv), optional soft-cap.
+    # causal False (embedding models' *.attention.causal): every key seen.
     T, H, hd = q.shape
     group = H // k.shape[1]
     k = np.repeat(k, group, axis=1)
@@ -152,7 +153,7 @@ def attention(q, k, v, scale, window, softcap):
     if softcap:
         s = softcap * np.tanh(s / softcap)
     i, j = np.arange(T)[:, None], np.arange(T)[None, :]
-    mask = j <= i
+    mask = (j <= i) | (not causal)
     if window:
         mask = mask & (i - j < window)
     s = np.where(mask[None], s, -np.inf)
@@ -180,6 +181,7 @@ class Ref:
         self.base = m.get(a + '.rope.freq_base', 10000.0)
         self.ctx = m.get(a + '.context_length', 2048)
         self.window = m.get(a + '.attention.sliding_window', 0)
+        self.causal = bool(m.get(a + '.attention.causal', True))
         self.neox_rows = a != 'llama' or bool(m.get('infer.rope.neox', False))
         self.gemma = a in ('gemma', 'gemma2')
         self.inv_freq, self.mscale = self.rope_freqs()
@@ -251,7 +253,7 @@ class Ref:
             q = rms_norm(q, self.t(b + 'attn_q_norm.weight'), self.eps)
             k = rms_norm(k, self.t(b + 'attn_k_norm.weight'), self.eps)
         q, k = rope(q, pos, self.inv_freq, self.mscale), rope(k, pos, self.inv_freq, self.mscale)
-        o = attention(q, k, v, self.scale, self.layer_window(l), self.attn_softcap)
+        o = attention(q, k, v, self.scale, self.layer_window(l), self.attn_softcap, self.causal)
         return o.reshape(T, qd) @ self.t(b + 'attn_output.weight').T
 
     def mlp(self, l, h):

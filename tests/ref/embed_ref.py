@@ -26,8 +26,9 @@ The math (GGUF names; matrices are (n_out, n_in) after reading):
               (rotary_emb_interleaved false), base nomic-bert.rope.freq_base, position =
               index in the sequence; h = LN(x + Wo·attn); x = LN(h + Wdown·(Wup·h * silu(Wgate·h)))
               (NomicBertGatedMLP: fc11 = up, fc12 = gate, fc2 = down; post-LN as prenorm=False).
-  decoders    the hidden state after the final norm (arch_ref.Ref.hidden: causal attention),
-              e.g. Qwen3-Embedding: last-token pooling.
+  decoders    the hidden state after the final norm (arch_ref.Ref.hidden: causal attention, or
+              bidirectional when <arch>.attention.causal is false), e.g. Qwen3-Embedding:
+              last-token pooling.
   pooling     none: every token's row; mean over the input's tokens; cls: the first token;
               last: the last token. Then the first `dimensions` values (Matryoshka), then L2
               normalization when normalize is 2. Rank scores are never normalized.
@@ -139,10 +140,8 @@ class Encoder:
 class Decoder:
     def __init__(self, g):
         self.g = g
-        self.ref = arch_ref.Ref(g)
+        self.ref = arch_ref.Ref(g)  # causal, or both ways when *.attention.causal is false
         a = g.meta['general.architecture']
-        if not g.meta.get(a + '.attention.causal', True):
-            raise ValueError('a bidirectional %s is not what this reference computes' % a)
         self.pooling = g.meta.get(a + '.pooling_type', 3)
 
     def hidden(self, tokens, types=None):

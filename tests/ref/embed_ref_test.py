@@ -5,18 +5,23 @@ from the published model definitions). For each tiny embedding preset of
 `infer embed` computes several inputs of different lengths in ONE call (so
 they are batched across sequences) with every pooling (none, mean, cls,
 last), L2 normalization on and off, a Matryoshka truncation and the file's
-own pooling; the reference computes each input alone. Every value must agree
+own pooling, and texts (-p: [CLS] text [SEP] through the WordPiece
+tokenizer); the reference computes each input alone. Every value must agree
 within 1e-4 (max abs). The reranker's scores are checked for token inputs
 (token types all 0) and for (query, document) texts, whose pair
 [CLS] q [SEP] d [SEP] carries token types 0 then 1. Last, a Q8_0 copy of
 each model (`infer quantize`) must give vectors with cosine > 0.99 to the
-F32 ones, and rank scores close to them.
+F32 ones, and rank scores close to them. The decoder is also checked with
+<arch>.attention.causal = false (bidirectional, as some decoder embedding
+models are converted). Presets may be named on the command line (bge-small,
+the benchmark shape, is not in the default list: its F32 file is 127 MiB).
 
     embed_ref_test.py PATH_TO_INFER WORK_DIR [PRESET...]
 
 Exits 77 (skipped) when numpy is missing, or when this infer has no embed
 command."""
 import os
+import struct
 import subprocess
 import sys
 
@@ -122,6 +127,19 @@ def check_preset(c, name):
     # The file's own pooling, L2 by default.
     theirs = embed_ref.embed(ref, inputs, None, 2, 0)
     errs.append(c.compare(name + '-default', c.embed(model, inputs, [], name + '-default'), theirs))
+    if encoder:
+        # Texts (-p, printed rows): [CLS] text [SEP], token types 0.
+        theirs = embed_ref.embed(ref, [[2] + word_ids(ref.g, d) + [3] for d in DOCS], 'mean', 2)
+        cmd = [c.infer, 'embed', '-m', model, '--pooling', 'mean', '-t', '2']
+        for d in DOCS:
+            cmd += ['-p', d]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        c.n_checks += 1
+        if r.returncode != 0:
+            c.failed.append('%s: infer embed -p failed (%d): %s' % (name, r.returncode, r.stderr.strip()[-300:]))
+        else:
+            ours = np.array([[float(v) for v in line.split()] for line in r.stdout.split('\n') if line.strip()])
+            errs.append(c.compare(name + '-texts', ours, theirs))
     rank = {}
     if 'cls.output.weight' in ref.g.tensors:
         theirs = embed_ref.embed(ref, inputs, 'rank')
@@ -157,6 +175,48 @@ def check_preset(c, name):
     print('%-17s %-10s %d inputs of %s tokens, %d calls, max |ours - ref| %.2e' %
           (name, ref.g.meta['general.architecture'], len(inputs), '/'.join(map(str, LENGTHS)), len(errs), worst))
     return model, inputs, rank
+
+
+def with_bool_key(src, dst, key, value):
+    """src with one more metadata key (a bool), tensors untouched."""
+    r = embed_ref.arch_ref.Gguf.__new__(embed_ref.arch_ref.Gguf)
+    with open(src, 'rb') as f:
+        r.buf = f.read()
+    r.pos = 24
+    n_tensors, n_kv = struct.unpack_from('<QQ', r.buf, 8)
+    meta = {}
+    for _ in range(n_kv):
+        k = r.string()
+        meta[k] = r.value(r.take('<I'))
+    kv_end = r.pos
+    for _ in range(n_tensors):
+        r.string()
+        [r.take('<Q') for _ in range(r.take('<I'))]
+        r.take('<I'), r.take('<Q')
+    align = int(meta.get('general.alignment', 32))
+    data = (r.pos + align - 1) // align * align
+    kb = key.encode()
+    head = struct.pack('<IIQQ', 0x46554747, 3, n_tensors, n_kv + 1) + r.buf[24:kv_end]
+    head += struct.pack('<Q', len(kb)) + kb + struct.pack('<IB', 7, 1 if value else 0) + r.buf[kv_end:r.pos]
+    with open(dst, 'wb') as f:
+        f.write(head + b'\0' * (-len(head) % align) + r.buf[data:])
+
+
+def check_bidirectional(c, name, model, inputs):
+    """The decoder with <arch>.attention.causal = false: every token sees the whole input."""
+    a = embed_ref.load(model).g.meta['general.architecture']
+    bidir = model.replace('.gguf', '-bidirectional.gguf')
+    with_bool_key(model, bidir, a + '.attention.causal', False)
+    ref, causal = embed_ref.load(bidir), embed_ref.load(model)
+    errs = []
+    for pooling, norm in (('none', 0), ('mean', 2), ('last', 0)):
+        tag = '%s-bidirectional-%s-n%d' % (name, pooling, norm)
+        theirs = embed_ref.embed(ref, inputs, pooling, norm)
+        if pooling == 'none' and float(np.abs(theirs - embed_ref.embed(causal, inputs, pooling, norm)).max()) < 0.01:
+            c.failed.append('%s: the causal flag does not change the reference: the check would be weak' % name)
+        errs.append(c.compare(tag, c.embed(bidir, inputs, ['--pooling', pooling, '--normalize', str(norm)], tag), theirs))
+    worst = max([e for e in errs if e is not None], default=float('nan'))
+    print('%-17s %-10s attention.causal = false: max |ours - ref| %.2e' % (name, a, worst))
 
 
 def check_q8(c, name, model, inputs, rank):
@@ -198,6 +258,8 @@ def main():
     c = Checker(infer, work)
     for name in presets:
         model, inputs, rank = check_preset(c, name)
+        if not isinstance(embed_ref.load(model), embed_ref.Encoder):
+            check_bidirectional(c, name, model, inputs)
         check_q8(c, name, model, inputs, rank)
     for f in c.failed:
         print('FAIL', f)
