@@ -23,6 +23,7 @@ func cLayouts() map[string]uintptr {
 		"infer_quantize_result": C.infer_quantize_result{}, "infer_synth_params": C.infer_synth_params{},
 		"infer_perplexity_result": C.infer_perplexity_result{}, "infer_perplexity_params": C.infer_perplexity_params{},
 		"infer_bench_params": C.infer_bench_params{}, "infer_bench_result": C.infer_bench_result{},
+		"infer_embed_params": C.infer_embed_params{},
 	} {
 		t := reflect.TypeOf(v)
 		out[name+" sizeof"] = t.Size()
@@ -38,7 +39,7 @@ func cLayouts() map[string]uintptr {
 		"infer_status": reflect.TypeOf(C.infer_status(0)).Size(), "infer_log_level": reflect.TypeOf(C.infer_log_level(0)).Size(),
 		"infer_backend": reflect.TypeOf(C.infer_backend(0)).Size(), "infer_kv_type": reflect.TypeOf(C.infer_kv_type(0)).Size(),
 		"infer_policy": reflect.TypeOf(C.infer_policy(0)).Size(), "infer_spec_method": reflect.TypeOf(C.infer_spec_method(0)).Size(), "infer_finish_reason": reflect.TypeOf(C.infer_finish_reason(0)).Size(),
-		"infer_quant_method": reflect.TypeOf(C.infer_quant_method(0)).Size(),
+		"infer_quant_method": reflect.TypeOf(C.infer_quant_method(0)).Size(), "infer_pooling": reflect.TypeOf(C.infer_pooling(0)).Size(),
 	} {
 		out[name+" enum"] = size
 	}

@@ -157,6 +157,14 @@ int main(void) {
   S(infer_chat_message);
   F(infer_chat_message, role);
   F(infer_chat_message, content);
+  S(infer_embed_params);
+  F(infer_embed_params, struct_size);
+  F(infer_embed_params, pooling);
+  F(infer_embed_params, normalize);
+  F(infer_embed_params, dimensions);
+  F(infer_embed_params, truncate);
+  F(infer_embed_params, n_threads);
+  E(infer_pooling);
   S(infer_quantize_params);
   F(infer_quantize_params, struct_size);
   F(infer_quantize_params, type);

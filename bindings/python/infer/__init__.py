@@ -33,7 +33,7 @@ from ._lib import LibraryNotFound, lib as _get_lib
 
 __all__ = [
     "Model", "Engine", "Request", "InferError", "Status", "FinishReason", "KVType", "Policy",
-    "Backend", "ModelInfo", "TensorInfo", "RequestStats", "EngineStats", "ChatMessage",
+    "Backend", "Pooling", "ModelInfo", "TensorInfo", "RequestStats", "EngineStats", "ChatMessage",
     "LibraryNotFound", "version", "version_number", "chat_templates", "library_path",
 ]
 __version__ = "1.0.0"
@@ -75,6 +75,16 @@ class Policy(enum.IntEnum):
     CONTINUOUS = 0
     STATIC = 1
     DYNAMIC = 2
+
+
+class Pooling(enum.IntEnum):
+    """infer_pooling: how token vectors become one embedding (Model.embed)."""
+    DEFAULT = -1
+    NONE = 0
+    MEAN = 1
+    CLS = 2
+    LAST = 3
+    RANK = 4
 
 
 class Backend(enum.IntEnum):
@@ -491,6 +501,93 @@ class Model:
         """Generates for many prompts at once (batched by the engine)."""
         return self.engine.generate_batch(prompts, max_tokens=max_tokens, temperature=temperature,
                                           **kw)
+
+    # embeddings and reranking (libinfer >= 1.5)
+    def _embed_params(self, pooling: Union[None, str, int], normalize: bool, dimensions: int,
+                      truncate: bool) -> Any:
+        L = self._lib
+        if not hasattr(L, "infer_embed_params_init"):
+            raise InferUnsupported(Status.ERR_UNSUPPORTED,
+                                   f"libinfer {version()} has no embeddings (1.5 or later needed)")
+        p = _c.EmbedParams()
+        L.infer_embed_params_init(byref(p))
+        if pooling is None:
+            p.pooling = Pooling.DEFAULT
+        elif isinstance(pooling, str):
+            try:
+                p.pooling = Pooling[pooling.upper()]
+            except KeyError:
+                raise InferInvalidArgument(Status.ERR_INVALID_ARGUMENT,
+                                           f"unknown pooling {pooling!r} (none, mean, cls, last, rank)") from None
+        else:
+            p.pooling = _cv.to_c(c_int32, pooling, "pooling")
+        p.normalize = 2 if normalize else 0
+        p.dimensions = _cv.to_c(c_int32, dimensions, "dimensions")
+        p.truncate = int(bool(truncate))
+        return p
+
+    def _embeddings_out(self, h: c_void_p) -> Any:
+        """The rows of an infer_embeddings handle (then freed): a float32 numpy
+        array rows x dim, or a list of lists of floats without numpy."""
+        L = self._lib
+        try:
+            rows = int(L.infer_embeddings_rows(h))
+            dim = int(L.infer_embeddings_dim(h))
+            n = rows * dim
+            try:
+                import numpy as np
+            except ImportError:
+                np = None
+            if np is not None:
+                out = np.empty((rows, dim), dtype=np.float32)
+                if n:
+                    _check(L.infer_embeddings_copy(h, out.ctypes.data_as(POINTER(ctypes.c_float)), n, None),
+                           "infer_embeddings_copy")
+                return out
+            buf = (ctypes.c_float * max(n, 1))()
+            if n:
+                _check(L.infer_embeddings_copy(h, buf, n, None), "infer_embeddings_copy")
+            return [list(buf[r * dim:(r + 1) * dim]) for r in range(rows)]
+        finally:
+            L.infer_embeddings_free(h)
+
+    def embed(self, texts: Union[str, bytes, Sequence[Union[str, bytes]]],
+              pooling: Union[None, str, int] = None, normalize: bool = True, dimensions: int = 0,
+              truncate: bool = False) -> Any:
+        """Embeddings of texts (a list; a single str is one text): a numpy
+        float32 array of rows x dim (one row per text; with pooling "none",
+        one per token of every text, in order), or a list of lists of floats
+        when numpy is not installed. pooling None: the model's own (its GGUF
+        pooling_type, else mean for encoders and last for decoders); or
+        "none" / "mean" / "cls" / "last" / "rank" / a Pooling. normalize: L2.
+        dimensions > 0 keeps the first values (Matryoshka) before normalizing.
+        truncate: cut a text longer than the model's context instead of
+        raising InferInvalidArgument."""
+        if isinstance(texts, (str, bytes, bytearray)):
+            texts = [texts]
+        data = [_text_bytes(t, f"texts[{i}]") for i, t in enumerate(texts)]
+        p = self._embed_params(pooling, normalize, dimensions, truncate)
+        ptrs = (c_char_p * max(len(data), 1))(*data)
+        lens = (c_size_t * max(len(data), 1))(*[len(d) for d in data])
+        h = c_void_p()
+        _check(self._c("infer_embed", ptrs, lens, len(data), byref(p), byref(h)), "infer_embed")
+        return self._embeddings_out(h)
+
+    def rerank(self, query: Union[str, bytes], documents: Sequence[Union[str, bytes]],
+               truncate: bool = False) -> List[float]:
+        """Relevance scores of documents to query (a reranker's raw scores,
+        higher is more relevant), one per document in order. A model without a
+        classifier head raises InferInvalidArgument."""
+        if isinstance(documents, (str, bytes, bytearray)):
+            documents = [documents]
+        q = _cv.to_cstr(query, "query")
+        docs = [_cv.to_cstr(d, f"documents[{i}]") for i, d in enumerate(documents)]
+        p = self._embed_params(None, True, 0, truncate)
+        ptrs = (c_char_p * max(len(docs), 1))(*docs)
+        h = c_void_p()
+        _check(self._c("infer_rerank", q, ptrs, len(docs), byref(p), byref(h)), "infer_rerank")
+        rows = self._embeddings_out(h)
+        return [float(r[0]) for r in rows]
 
     def __repr__(self) -> str:
         return f"<infer.Model {self.path!r}{' closed' if self.closed else ''}>"

@@ -114,6 +114,11 @@ class ChatMessageC(Structure):
     _fields_ = [("role", c_char_p), ("content", c_char_p)]
 
 
+class EmbedParams(Structure):  # since 1.5
+    _fields_ = [("struct_size", c_uint32), ("pooling", c_enum), ("normalize", c_int32),
+                ("dimensions", c_int32), ("truncate", c_int32), ("n_threads", c_int32)]
+
+
 # struct name in infer.h -> mirror, for the layout test
 MIRRORS = {
     "infer_model_params": ModelParams,
@@ -125,6 +130,7 @@ MIRRORS = {
     "infer_request_stats": RequestStatsC,
     "infer_engine_stats": EngineStatsC,
     "infer_chat_message": ChatMessageC,
+    "infer_embed_params": EmbedParams,
 }
 
 _S = c_int32  # infer_status
@@ -184,6 +190,20 @@ _PROTOTYPES = {
                                        c_char_p, c_size_t, POINTER(c_size_t)]),
     "infer_chat_template_stop": (c_char_p, [c_char_p, c_int32]),
     "infer_chat_apply_template_json": (_S, [_H, c_char_p, c_char_p, c_char_p, c_size_t, POINTER(c_size_t)]),
+}
+
+# Since 1.5 (embeddings): declared when the library has them, so an older 1.x
+# library still loads (Model.embed / rerank then say the library is too old).
+_OPTIONAL_PROTOTYPES = {
+    "infer_embed_params_init": (None, [POINTER(EmbedParams)]),
+    "infer_embed": (_S, [_H, POINTER(c_char_p), POINTER(c_size_t), c_int32, POINTER(EmbedParams),
+                         POINTER(_H)]),
+    "infer_rerank": (_S, [_H, c_char_p, POINTER(c_char_p), c_int32, POINTER(EmbedParams),
+                          POINTER(_H)]),
+    "infer_embeddings_dim": (c_int32, [_H]),
+    "infer_embeddings_rows": (c_int64, [_H]),
+    "infer_embeddings_copy": (_S, [_H, POINTER(c_float), c_size_t, POINTER(c_size_t)]),
+    "infer_embeddings_free": (None, [_H]),
 }
 
 
@@ -253,6 +273,11 @@ def _declare(lib: ctypes.CDLL) -> None:
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+    for name, (res, args) in _OPTIONAL_PROTOTYPES.items():
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = res
+            fn.argtypes = args
 
 
 _lib: Optional[ctypes.CDLL] = None

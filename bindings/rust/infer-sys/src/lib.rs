@@ -8,7 +8,7 @@
 use std::os::raw::{c_char, c_double, c_float, c_void};
 
 pub const INFER_VERSION_MAJOR: u32 = 1;
-pub const INFER_VERSION_MINOR: u32 = 4;
+pub const INFER_VERSION_MINOR: u32 = 5;
 pub const INFER_VERSION_PATCH: u32 = 0;
 pub const INFER_VERSION_NUMBER: u32 =
     INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH;
@@ -290,6 +290,32 @@ pub struct infer_chat_message {
     pub content: *const c_char,
 }
 
+/// Since 1.5: how token vectors become one embedding.
+pub type infer_pooling = i32;
+pub const INFER_POOLING_DEFAULT: infer_pooling = -1;
+pub const INFER_POOLING_NONE: infer_pooling = 0;
+pub const INFER_POOLING_MEAN: infer_pooling = 1;
+pub const INFER_POOLING_CLS: infer_pooling = 2;
+pub const INFER_POOLING_LAST: infer_pooling = 3;
+pub const INFER_POOLING_RANK: infer_pooling = 4;
+
+/// Since 1.5.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct infer_embed_params {
+    pub struct_size: u32,
+    pub pooling: infer_pooling,
+    pub normalize: i32,
+    pub dimensions: i32,
+    pub truncate: i32,
+    pub n_threads: i32,
+}
+
+#[repr(C)]
+pub struct infer_embeddings {
+    _p: [u8; 0],
+}
+
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct infer_quantize_params {
@@ -548,6 +574,40 @@ extern "C" {
         out_text: *mut *mut c_char,
     ) -> infer_status;
 
+    // Since 1.5: embeddings and reranking.
+    pub fn infer_embed_params_init(params: *mut infer_embed_params);
+    pub fn infer_embed(model: *const infer_model, texts: *const *const c_char, text_lens: *const usize,
+                       n_texts: i32, params: *const infer_embed_params, out: *mut *mut infer_embeddings)
+        -> infer_status;
+    pub fn infer_embed_tokens(model: *const infer_model, tokens: *const *const i32, n_tokens: *const usize,
+                              n_inputs: i32, params: *const infer_embed_params, out: *mut *mut infer_embeddings)
+        -> infer_status;
+    pub fn infer_rerank(model: *const infer_model, query: *const c_char, documents: *const *const c_char,
+                        n_documents: i32, params: *const infer_embed_params, out: *mut *mut infer_embeddings)
+        -> infer_status;
+    pub fn infer_embed_submit(engine: *mut infer_engine, texts: *const *const c_char, text_lens: *const usize,
+                              n_texts: i32, params: *const infer_embed_params, out: *mut *mut infer_embeddings)
+        -> infer_status;
+    pub fn infer_embed_submit_tokens(engine: *mut infer_engine, tokens: *const *const i32, n_tokens: *const usize,
+                                     n_inputs: i32, params: *const infer_embed_params,
+                                     out: *mut *mut infer_embeddings) -> infer_status;
+    pub fn infer_rerank_submit(engine: *mut infer_engine, query: *const c_char, documents: *const *const c_char,
+                               n_documents: i32, params: *const infer_embed_params,
+                               out: *mut *mut infer_embeddings) -> infer_status;
+    pub fn infer_embeddings_wait(emb: *mut infer_embeddings, timeout_ms: i32, finished: *mut i32) -> infer_status;
+    pub fn infer_embeddings_cancel(emb: *mut infer_embeddings) -> infer_status;
+    pub fn infer_embeddings_error(emb: *const infer_embeddings) -> *const c_char;
+    pub fn infer_embeddings_dim(emb: *const infer_embeddings) -> i32;
+    pub fn infer_embeddings_rows(emb: *const infer_embeddings) -> i64;
+    pub fn infer_embeddings_input_rows(emb: *const infer_embeddings, index: i32, first_row: *mut i64,
+                                       n_rows: *mut i32) -> infer_status;
+    pub fn infer_embeddings_pooling(emb: *const infer_embeddings) -> infer_pooling;
+    pub fn infer_embeddings_n_tokens(emb: *const infer_embeddings) -> i64;
+    pub fn infer_embeddings_data(emb: *const infer_embeddings) -> *const f32;
+    pub fn infer_embeddings_copy(emb: *const infer_embeddings, buf: *mut f32, n_floats: usize, needed: *mut usize)
+        -> infer_status;
+    pub fn infer_embeddings_free(emb: *mut infer_embeddings);
+
     pub fn infer_chat_template_count() -> i32;
     pub fn infer_chat_template_name(index: i32) -> *const c_char;
     pub fn infer_chat_template_detect(
@@ -656,6 +716,7 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
             uptime_s, generated_tokens_per_s, draft_tokens, accepted_tokens, acceptance_rate,
             mean_accepted_length, draft_tokens_at, accepted_tokens_at }),
         layout!(infer_chat_message { role, content }),
+        layout!(infer_embed_params { struct_size, pooling, normalize, dimensions, truncate, n_threads }),
         layout!(infer_quantize_params { struct_size, type_ = "type", group_size, method, calib_text,
             n_threads, calib_ctx, max_calib_tokens, gptq_damp, act_order, progress, note, user_data, output_type,
             token_embedding_type }),

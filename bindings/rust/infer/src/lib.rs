@@ -323,6 +323,39 @@ impl Model {
         Ok(s)
     }
 
+    /// Embeddings of `texts` with the model's pooling, L2-normalized: one
+    /// vector per text (`infer_embed`).
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
+        self.embed_with(texts, &EmbedOptions::default())
+    }
+
+    /// [`Model::embed`] with options (pooling, normalization, Matryoshka
+    /// dimensions, truncation). With `Pooling::None`, one row per token of
+    /// every text, in order.
+    pub fn embed_with(&self, texts: &[&str], options: &EmbedOptions) -> Result<Vec<Vec<f32>>> {
+        let ptrs: Vec<*const c_char> = texts.iter().map(|t| t.as_ptr() as *const c_char).collect();
+        let lens: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+        let n = i32::try_from(texts.len()).map_err(|_| Error::new(Status::InvalidArgument, "too many texts"))?;
+        let p = options.raw();
+        let mut out: *mut sys::infer_embeddings = ptr::null_mut();
+        check(unsafe { sys::infer_embed(self.inner.0, ptrs.as_ptr(), lens.as_ptr(), n, &p, &mut out) })?;
+        embeddings_rows(out)
+    }
+
+    /// Relevance scores of `documents` to `query` (a reranker's raw score,
+    /// higher is more relevant), one per document (`infer_rerank`). A model
+    /// without a classifier head: `Status::InvalidArgument`.
+    pub fn rerank(&self, query: &str, documents: &[&str]) -> Result<Vec<f32>> {
+        let q = cstring(query, "query")?;
+        let docs: Vec<CString> = documents.iter().map(|d| cstring(d, "document")).collect::<Result<_>>()?;
+        let ptrs: Vec<*const c_char> = docs.iter().map(|d| d.as_ptr()).collect();
+        let n = i32::try_from(docs.len()).map_err(|_| Error::new(Status::InvalidArgument, "too many documents"))?;
+        let p = EmbedOptions::default().raw();
+        let mut out: *mut sys::infer_embeddings = ptr::null_mut();
+        check(unsafe { sys::infer_rerank(self.inner.0, q.as_ptr(), ptrs.as_ptr(), n, &p, &mut out) })?;
+        Ok(embeddings_rows(out)?.into_iter().map(|r| r.first().copied().unwrap_or(0.0)).collect())
+    }
+
     /// Renders a conversation with a chat template (None: the model's own).
     pub fn apply_chat_template(&self, messages: &[ChatMessage<'_>], template: Option<&str>,
                                add_generation_prompt: bool) -> Result<String> {
@@ -346,6 +379,66 @@ impl Model {
 }
 
 // ---- engines -------------------------------------------------------------------------------
+
+/// How token vectors become one embedding (`infer_pooling`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// The model's own (its GGUF pooling_type; else mean for encoders, last for decoders).
+    Default = -1,
+    None = 0,
+    Mean = 1,
+    Cls = 2,
+    Last = 3,
+    Rank = 4,
+}
+
+/// Options of [`Model::embed_with`] (`infer_embed_params`).
+#[derive(Debug, Clone)]
+pub struct EmbedOptions {
+    pub pooling: Pooling,
+    /// L2-normalize each vector (default true).
+    pub normalize: bool,
+    /// Keep the first N values (Matryoshka), 0: all.
+    pub dimensions: i32,
+    /// Cut inputs longer than the context instead of failing.
+    pub truncate: bool,
+    /// 0: all cores.
+    pub n_threads: i32,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions { pooling: Pooling::Default, normalize: true, dimensions: 0, truncate: false, n_threads: 0 }
+    }
+}
+
+impl EmbedOptions {
+    fn raw(&self) -> sys::infer_embed_params {
+        let mut p = std::mem::MaybeUninit::<sys::infer_embed_params>::uninit();
+        let mut p = unsafe {
+            sys::infer_embed_params_init(p.as_mut_ptr());
+            p.assume_init()
+        };
+        p.pooling = self.pooling as i32;
+        p.normalize = if self.normalize { 2 } else { 0 };
+        p.dimensions = self.dimensions;
+        p.truncate = self.truncate as i32;
+        p.n_threads = self.n_threads;
+        p
+    }
+}
+
+/// The rows of a finished infer_embeddings handle, which is freed.
+fn embeddings_rows(h: *mut sys::infer_embeddings) -> Result<Vec<Vec<f32>>> {
+    let rows = unsafe { sys::infer_embeddings_rows(h) } as usize;
+    let dim = unsafe { sys::infer_embeddings_dim(h) } as usize;
+    let mut flat = vec![0f32; rows * dim];
+    let st = unsafe { sys::infer_embeddings_copy(h, flat.as_mut_ptr(), flat.len(), ptr::null_mut()) };
+    let r = check(st);
+    unsafe { sys::infer_embeddings_free(h) };
+    r?;
+    Ok(if dim == 0 { vec![Vec::new(); rows] } else { flat.chunks(dim).map(|c| c.to_vec()).collect() })
+}
 
 /// Engine options (`infer_engine_params`); Default is the library's defaults.
 #[derive(Debug, Clone)]

@@ -364,3 +364,51 @@ fn nul_bytes_in_c_strings_are_refused_by_name() {
     // A prompt's NUL bytes are text (its length is passed).
     engine.generate("a\0b", &greedy(2)).unwrap();
 }
+
+/// A synth preset written with $INFER_CLI (None, and the test returns, without it).
+fn synth_model(preset: &str) -> Option<PathBuf> {
+    let cli = std::env::var("INFER_CLI").ok()?;
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{}.gguf", preset));
+    let st = Command::new(cli)
+        .args(["synth", "--preset", preset, "--type", "f32", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "infer synth {}", preset);
+    Some(out)
+}
+
+#[test]
+fn embed_and_rerank_on_tiny_bert() {
+    let path = match synth_model("tiny-bert") {
+        Some(p) => p,
+        None => return,
+    };
+    let model = Model::load(&path).unwrap();
+    let v = model.embed(&["hello world", "the quick brown fox"]).unwrap();
+    assert_eq!(v.len(), 2);
+    assert_eq!(v[0].len(), 64);
+    for r in &v {
+        let n: f32 = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n - 1.0).abs() < 1e-4);
+    }
+    let alone = model.embed(&["hello world"]).unwrap();
+    for (a, b) in alone[0].iter().zip(&v[0]) {
+        assert!((a - b).abs() < 1e-5);
+    }
+    let opts = infer::EmbedOptions { dimensions: 16, ..Default::default() };
+    assert_eq!(model.embed_with(&["hello"], &opts).unwrap()[0].len(), 16);
+    assert_eq!(model.embed(&[""]).unwrap_err().status, Status::InvalidArgument);
+    assert_eq!(model.embed(&[]).unwrap_err().status, Status::InvalidArgument);
+    assert_eq!(model.rerank("q", &["d"]).unwrap_err().status, Status::InvalidArgument); // no head
+
+    let rpath = match synth_model("tiny-bert-rerank") {
+        Some(p) => p,
+        None => return,
+    };
+    let rr = Model::load(&rpath).unwrap();
+    let s = rr.rerank("quick fox", &["the fox", "a dog", "hello"]).unwrap();
+    assert_eq!(s.len(), 3);
+    let one = rr.rerank("quick fox", &["a dog"]).unwrap();
+    assert!((one[0] - s[1]).abs() < 1e-5);
+}
