@@ -150,6 +150,39 @@ async function main() {
     }
   });
 
+  await attempt("embeddings.create", async () => {
+    const input = ["Once upon a time", "there was a little girl", "who liked to play"];
+    // encoding_format "float": the numbers as JSON.
+    const f = await client.embeddings.create({ model: "m", input, encoding_format: "float" });
+    const dim = f.data[0] && f.data[0].embedding.length;
+    check("embeddings.create (float): one vector per input, in order, with usage",
+      f.object === "list" && f.data.length === 3 && f.data.every((d, i) => d.object === "embedding" && d.index === i &&
+        Array.isArray(d.embedding) && d.embedding.length === dim && d.embedding.every((x) => typeof x === "number")) &&
+      dim > 0 && f.usage.prompt_tokens > 0 && f.usage.total_tokens === f.usage.prompt_tokens, f);
+    const norm = Math.sqrt(f.data[0].embedding.reduce((a, x) => a + x * x, 0));
+    check("embeddings.create (float): rows are L2-normalized", Math.abs(norm - 1) < 1e-4, norm);
+    // No encoding_format: the client asks for base64 and decodes it itself.
+    const b = await client.embeddings.create({ model: "m", input });
+    let worst = 0;
+    for (let i = 0; i < 3; i++)
+      for (let j = 0; j < dim; j++) worst = Math.max(worst, Math.abs(b.data[i].embedding[j] - f.data[i].embedding[j]));
+    check("embeddings.create (base64, decoded by the client) equals the float answer",
+      b.data.length === 3 && b.data.every((d) => d.embedding.length === dim) && worst < 1e-6, { worst, dim });
+    const b2 = await client.embeddings.create({ model: "m", input: "Once upon a time", encoding_format: "base64" });
+    check("embeddings.create (explicit base64, one string)", b2.data.length === 1 &&
+      b2.data[0].embedding.length === dim && Math.abs(b2.data[0].embedding[0] - f.data[0].embedding[0]) < 1e-6, b2.data.length);
+    const d = await client.embeddings.create({ model: "m", input, dimensions: 8, encoding_format: "float" });
+    const dn = Math.sqrt(d.data[0].embedding.reduce((a, x) => a + x * x, 0));
+    check("embeddings.create dimensions: 8 values, normalized again", d.data.every((r) => r.embedding.length === 8) &&
+      Math.abs(dn - 1) < 1e-4, d.data[0]);
+    try {
+      await client.embeddings.create({ model: "m", input: [] });
+      check("embeddings.create with no input is refused", false);
+    } catch (e) {
+      check("embeddings.create with no input: a 400 APIError", e instanceof OpenAI.APIError && e.status === 400, String(e));
+    }
+  });
+
   await attempt("bad request", async () => {
     try {
       await client.chat.completions.create({ model: "m", messages, max_tokens: 2, temperature: "hot" });

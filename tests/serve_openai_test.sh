@@ -4,7 +4,9 @@
 # output that parses and validates, a cancelled stream, an API-key failure,
 # function calling (tools) against a second server with a Qwen2.5 template,
 # and runTools (a forced call within 64 tokens) against a third server on a
-# model that `infer synth --preset tiny-chat` writes (its own template).
+# model that `infer synth --preset tiny-chat` writes (its own template);
+# embeddings.create (float, base64 decoded by the client, dimensions) on the
+# first server (the decoder's last-token embedding).
 #
 #   serve_openai_test.sh PATH_TO_INFER WORK_DIR
 #

@@ -4,11 +4,14 @@
 // and the output depends on the seed alone.
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "engine/embed.h"
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -102,6 +105,8 @@ TEST_CASE("synth: every preset's architecture and head grouping loads and runs",
   REQUIRE(!synth_presets().empty());
   for (const SynthPreset& full : synth_presets()) {
     INFO(full.name);
+    // Encoders do not generate: the embedding presets' test below covers them.
+    if (std::string(full.arch) == "bert" || std::string(full.arch) == "nomic-bert") continue;
     REQUIRE(full.n_head % full.n_head_kv == 0);
     SynthPreset p = full;
     p.n_head_kv = 1;
@@ -318,4 +323,147 @@ TEST_CASE("synth: tiny-chat carries a byte-level BPE vocabulary and a ChatML tem
         std::string::npos);
   CHECK(r.find("<|im_start|>user\n<tool_response>\n{\"temp\": 22}\n</tool_response><|im_end|>\n<|im_start|>assistant\n") !=
         std::string::npos);
+}
+
+TEST_CASE("synth: the WordPiece vocabulary has the specials, single characters and distinct pieces", "[synth]") {
+  for (int n : {300, 1000, 30522}) {
+    INFO(n);
+    const SynthWordPieceVocab v = synth_wordpiece_vocab(n);
+    REQUIRE(v.tokens.size() == static_cast<size_t>(n));
+    REQUIRE(v.types.size() == static_cast<size_t>(n));
+    const std::vector<std::string> specials = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    for (size_t i = 0; i < v.tokens.size(); ++i) {
+      CHECK(v.types[i] == (i < specials.size() ? 3 : 1));
+      if (i < specials.size()) CHECK(v.tokens[i] == specials[i]);
+    }
+    const std::set<std::string> all(v.tokens.begin(), v.tokens.end());
+    CHECK(all.size() == v.tokens.size());
+    // Any lowercase ASCII word splits into known pieces: every letter, digit
+    // and punctuation mark alone and as a continuation.
+    for (const char* t : {"a", "z", "0", "9", "!", "~", ",", "##a", "##z", "##0", "##9", "the"}) CHECK(all.count(t) == 1);
+    if (n >= 1000)  // then words and continuations
+      for (const char* t : {"hello", "paris", "france", "##ing", "##tion", "ab", "##ab"}) CHECK(all.count(t) == 1);
+    for (const std::string& t : v.tokens)
+      for (char ch : t) CHECK(!(ch >= 'A' && ch <= 'Z' && t.front() != '['));  // uncased
+  }
+  CHECK_THROWS(synth_wordpiece_vocab(299));
+}
+
+TEST_CASE("synth: the embedding presets write converted BERT, nomic-bert and pooled decoder files", "[synth]") {
+  const std::string dir = infer_test::temp_dir();
+  const SynthPreset* bge = find_synth_preset("bge-small");
+  REQUIRE(bge);  // bge-small-en-v1.5's shape
+  CHECK(std::string(bge->arch) == "bert");
+  CHECK((bge->n_embd == 384 && bge->n_layer == 12 && bge->n_head == 12 && bge->n_ff == 1536 && bge->n_vocab == 30522 &&
+         bge->n_ctx == 512 && bge->pooling == 2));
+  struct Want {
+    const char* preset;
+    int pooling;
+  };
+  for (const Want want : {Want{"tiny-bert", 1}, Want{"tiny-bert-rerank", 4}, Want{"tiny-nomic-bert", 1},
+                          Want{"tiny-qwen3-embed", 3}}) {
+    INFO(want.preset);
+    const SynthPreset* p = find_synth_preset(want.preset);
+    REQUIRE(p);
+    const std::string a = p->arch, path = dir + "/emb-" + want.preset + ".gguf";
+    SynthOptions o;
+    o.type = DType::F32;
+    o.n_threads = 2;
+    write_synth_model(*p, path, o);
+    std::unique_ptr<GgufFile> g = GgufFile::open(path);
+    CHECK(g->get_int(a + ".pooling_type").value_or(-1) == want.pooling);
+    const bool nomic = a == "nomic-bert", rerank = p->n_cls_out > 0;
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const GgufTensorInfo& t : g->tensors()) shapes[t.name] = t.dims;
+    if (a == "qwen3") {
+      CHECK(shapes.count("output_norm.weight") == 1);
+      CHECK(g->get_string("tokenizer.ggml.model").value_or("") == "llama");
+      continue;
+    }
+    const int64_t d = 64, ff = 128;
+    CHECK(g->get_int(a + ".embedding_length").value_or(0) == d);
+    CHECK(g->get_int(a + ".feed_forward_length").value_or(0) == ff);
+    CHECK(g->get_int(a + ".block_count").value_or(0) == 2);
+    CHECK(g->get_int(a + ".attention.head_count").value_or(0) == 4);
+    CHECK(g->get_int(a + ".context_length").value_or(0) == 128);
+    CHECK(g->get_bool(a + ".attention.causal") == std::optional<bool>(false));
+    CHECK(g->get_float(a + ".attention.layer_norm_epsilon").value_or(0) == Approx(1e-12));
+    if (nomic) CHECK(g->get_float(a + ".rope.freq_base").value_or(0) == 1000.0);
+    // Tensors as converted files name and shape them ([n_in, n_out]).
+    std::map<std::string, std::vector<int64_t>> want_shapes = {
+        {"token_embd.weight", {d, 1000}}, {"token_types.weight", {d, 2}},
+        {"token_embd_norm.weight", {d}}, {"token_embd_norm.bias", {d}}};
+    if (!nomic) want_shapes["position_embd.weight"] = {d, 128};
+    for (int l = 0; l < 2; ++l) {
+      const std::string b = "blk." + std::to_string(l) + ".";
+      for (const char* n : {"attn_output_norm", "layer_output_norm"}) {
+        want_shapes[b + n + ".weight"] = {d};
+        want_shapes[b + n + ".bias"] = {d};
+      }
+      want_shapes[b + "attn_output.weight"] = {d, d};
+      want_shapes[b + "ffn_up.weight"] = {d, ff};
+      want_shapes[b + "ffn_down.weight"] = {ff, d};
+      if (nomic) {
+        want_shapes[b + "attn_qkv.weight"] = {d, 3 * d};
+        want_shapes[b + "ffn_gate.weight"] = {d, ff};
+      } else {
+        for (const char* n : {"attn_q", "attn_k", "attn_v"}) {
+          want_shapes[b + n + ".weight"] = {d, d};
+          want_shapes[b + n + ".bias"] = {d};
+        }
+        want_shapes[b + "attn_output.bias"] = {d};
+        want_shapes[b + "ffn_up.bias"] = {ff};
+        want_shapes[b + "ffn_down.bias"] = {d};
+      }
+    }
+    if (rerank) {
+      want_shapes["cls.weight"] = {d, d};
+      want_shapes["cls.bias"] = {d};
+      want_shapes["cls.output.weight"] = {d, 1};
+      want_shapes["cls.output.bias"] = {1};
+    }
+    CHECK(shapes == want_shapes);
+    // Biases and LayerNorm weights are random (each matters), not 0 and 1.
+    for (const char* n : {"token_embd_norm.weight", "token_embd_norm.bias", "blk.1.layer_output_norm.bias"}) {
+      INFO(n);
+      const GgufTensorInfo* t = g->find_tensor(n);
+      REQUIRE(t);
+      const float* v = reinterpret_cast<const float*>(g->tensor_data(*t));
+      std::set<float> distinct(v, v + t->n_elements());
+      CHECK(distinct.size() > 32);
+    }
+    // The WordPiece vocabulary and its special ids.
+    CHECK(g->get_string("tokenizer.ggml.model").value_or("") == "bert");
+    CHECK(g->get_string_array("tokenizer.ggml.tokens") == synth_wordpiece_vocab(1000).tokens);
+    CHECK(g->get_int("tokenizer.ggml.cls_token_id").value_or(-1) == 2);
+    CHECK(g->get_int("tokenizer.ggml.seperator_token_id").value_or(-1) == 3);
+    CHECK(g->get_int("tokenizer.ggml.padding_token_id").value_or(-1) == 0);
+    CHECK(g->get_int("tokenizer.ggml.unknown_token_id").value_or(-1) == 1);
+    CHECK(g->get_int("tokenizer.ggml.mask_token_id").value_or(-1) == 4);
+    CHECK(g->get_int("tokenizer.ggml.token_type_count").value_or(-1) == 2);
+    g.reset();
+    // The file loads as an embedding model and gives finite vectors (the
+    // values themselves: tests/ref/embed_ref_test.py). Loading needs the
+    // WordPiece tokenizer; a build without it says so.
+    std::unique_ptr<Model> m;
+    try {
+      m = Model::load(path);
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("tokenizer model 'bert' is not supported") == std::string::npos) throw;
+      WARN("no WordPiece tokenizer in this build: " << e.what());
+      continue;
+    }
+    CHECK(m->config().encoder_only);
+    CHECK(!m->config().causal);
+    CHECK(m->config().pooling == want.pooling);
+    CHECK(m->config().n_cls_out == p->n_cls_out);
+    EmbedOptions eo;
+    std::vector<EmbedInput> in(2);
+    in[0].tokens = {2, 40, 41, 42, 3};
+    in[1].tokens = {2, 50, 3};
+    const EmbedResult r = embed(*m, in, eo, 2);
+    CHECK(r.dim == (rerank ? 1 : d));
+    REQUIRE(r.n_rows() == 2);
+    for (float x : r.data) CHECK(std::isfinite(x));
+  }
 }

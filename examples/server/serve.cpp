@@ -3,7 +3,8 @@
 // its own HTTP/1.1 server (http_server.h) and nlohmann-json for JSON.
 //
 // Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize,
-// /detokenize, /apply-template; GET /v1/models, /v1/models/{id}, /health,
+// /detokenize, /apply-template, /v1/embeddings, /v1/rerank (and /rerank),
+// /api/embed (serve_embed.cpp); GET /v1/models, /v1/models/{id}, /health,
 // /metrics. Function calling (tools) renders the request's JSON with the
 // model's Jinja template and parses the reply (tool_calls.h).
 // Requests are parsed and checked by request.cpp, then submitted to one
@@ -52,6 +53,8 @@ const FlagTable kServeFlags = kModelFlags + FlagTable{
     {"--write-timeout", "SEC", "30", "a client that reads nothing of its answer for this long is dropped (its request cancelled)"},
     {"--shutdown-timeout", "SEC", "10", "on SIGINT/SIGTERM, time given to requests in flight before they are cancelled"},
     {"--log-requests", nullptr, nullptr, "one line per request on stderr"},
+    {"--embed-max-inputs", "N", "2048", "inputs (or rerank documents) per embedding request at most (more: 400)"},
+    {"--embed-max-tokens", "N", "1048576", "tokens per embedding or rerank request at most (more: 400)"},
 };
 
 // Whether the request carries the server's API key (always, when none is
@@ -206,6 +209,8 @@ int cmd_serve(int argc, char** argv) {
   const int max_open = static_cast<int>(a.get_int("--max-open-connections", 1024, 1, 1 << 20));
   const double shutdown_timeout = a.get_float("--shutdown-timeout", 10, 0, 1e6, "[0, 1e6]");
   srv->log_requests = a.flag("--log-requests");
+  srv->embed_max_inputs = static_cast<size_t>(a.get_int("--embed-max-inputs", 2048, 1, 1000000));
+  srv->embed_max_tokens = static_cast<size_t>(a.get_int("--embed-max-tokens", 1 << 20, 1, INT64_MAX));
   srv->limits.max_n = ep.max_seqs;
   const std::string path = model_path(a);
   const infer_backend backend = backend_flag(a);
@@ -289,12 +294,23 @@ int cmd_serve(int argc, char** argv) {
       handler(q, r);
     };
   };
-  http.route("POST", "/v1/chat/completions", keyed([&s](const http::Request& q, http::Response& r) {
-    handle_completion(s, q, r, serve::Endpoint::Chat);
+  // An encoder-only model (an embedding model or a reranker) cannot generate.
+  auto generation = [&s](const http::Request& q, http::Response& r, serve::Endpoint ep) {
+    if (s.ready && s.encoder_only)
+      return send_error(r, 400, "the model '" + s.model_id + "' is an encoder-only embedding model: it cannot generate text "
+                                "(use /v1/embeddings or /v1/rerank)", "invalid_request_error", "model_not_generative", "model");
+    handle_completion(s, q, r, ep);
+  };
+  http.route("POST", "/v1/chat/completions", keyed([generation](const http::Request& q, http::Response& r) {
+    generation(q, r, serve::Endpoint::Chat);
   }));
-  http.route("POST", "/v1/completions", keyed([&s](const http::Request& q, http::Response& r) {
-    handle_completion(s, q, r, serve::Endpoint::Completion);
+  http.route("POST", "/v1/completions", keyed([generation](const http::Request& q, http::Response& r) {
+    generation(q, r, serve::Endpoint::Completion);
   }));
+  http.route("POST", "/v1/embeddings", keyed([&s](const http::Request& q, http::Response& r) { handle_embeddings(s, q, r); }));
+  http.route("POST", "/v1/rerank", keyed([&s](const http::Request& q, http::Response& r) { handle_rerank(s, q, r); }));
+  http.route("POST", "/rerank", keyed([&s](const http::Request& q, http::Response& r) { handle_rerank(s, q, r); }));
+  http.route("POST", "/api/embed", keyed([&s](const http::Request& q, http::Response& r) { handle_ollama_embed(s, q, r); }));
   http.route("POST", "/apply-template", keyed([&s](const http::Request& q, http::Response& r) { handle_apply_template(s, q, r); }));
   http.route("POST", "/tokenize", keyed([&s](const http::Request& q, http::Response& r) { handle_tokenize(s, q, r); }));
   http.route("POST", "/detokenize", keyed([&s](const http::Request& q, http::Response& r) { handle_detokenize(s, q, r); }));
@@ -352,6 +368,11 @@ int cmd_serve(int argc, char** argv) {
   s.n_ctx = ep.n_ctx > 0 ? ep.n_ctx : info.n_ctx_train;
   warn_context_over_trained("serve", s.n_ctx, info);
   s.n_vocab = info.n_vocab;
+  s.n_embd = info.n_embd;
+  {
+    const std::string arch = info.architecture ? info.architecture : "";
+    s.encoder_only = arch == "bert" || arch == "nomic-bert" || arch.find("bert") != std::string::npos;
+  }
   if (!s.jinja_file_text.empty()) {
     s.tmpl = "jinja";
     s.jinja = true;
@@ -437,7 +458,8 @@ int cmd_serve(int argc, char** argv) {
 
 const Register kServeCmd{{"serve", "an OpenAI-compatible HTTP server",
                           "infer serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]", &kServeFlags,
-                          "Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize, /apply-template;\n"
+                          "Endpoints: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize, /apply-template,\n"
+                          "/v1/embeddings (OpenAI), /v1/rerank and /rerank (Jina/Cohere shape), /api/embed (Ollama);\n"
                           "GET /v1/models, /v1/models/{id}, /health (503 while loading), /metrics (Prometheus text).\n"
                           "Model names: a request's 'model' must be one of the --served-model-name names (default: the\n"
                           "model file's name), else 404 model_not_found; an absent or empty 'model' means the loaded model.\n"

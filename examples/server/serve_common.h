@@ -46,6 +46,12 @@ struct Server {
   bool string_arguments = false;   // the template concatenates function.arguments as text
   int32_t n_ctx = 0;
   int32_t n_vocab = 0;
+  int32_t n_embd = 0;
+  // Embedding endpoints (serve_embed.cpp): inputs and tokens per request at
+  // most; an encoder-only model (bert, nomic-bert) refuses generation.
+  size_t embed_max_inputs = 2048;
+  size_t embed_max_tokens = 1 << 20;
+  bool encoder_only = false;
   int64_t created = 0;
   std::string api_key;
   serve::Limits limits;
@@ -118,5 +124,9 @@ inline std::string random_id(const char* prefix) {
 // serve_completion.cpp
 void handle_completion(Server& srv, const http::Request& req, http::Response& res, serve::Endpoint ep);
 void handle_apply_template(Server& srv, const http::Request& req, http::Response& res);
+// serve_embed.cpp
+void handle_embeddings(Server& srv, const http::Request& req, http::Response& res);
+void handle_ollama_embed(Server& srv, const http::Request& req, http::Response& res);
+void handle_rerank(Server& srv, const http::Request& req, http::Response& res);
 
 }  // namespace cli

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "infer/infer.h"
@@ -16,6 +18,9 @@
 namespace infer {
 class Model;
 struct EngineParams;
+class EmbedJob;
+struct EmbedInput;
+struct EmbedOptions;
 }
 
 namespace infer::api {
@@ -31,6 +36,13 @@ const infer::Model& model_of(const infer_model* m);
 // The engine parameters of a caller's struct (NULL: defaults), checked for
 // struct_size by the caller (defined in c_api.cpp).
 infer::EngineParams to_engine_params(const infer_engine_params* params);
+// The model an engine runs (defined in c_api.cpp, which owns infer_engine).
+const infer::Model& engine_model(const infer_engine* e);
+// Queues an embedding job on the engine the way infer_submit queues a request
+// (refused while infer_engine_stop drains; the background thread, if any, is
+// woken). Throws infer::Error for bad inputs (nothing is queued then).
+std::shared_ptr<infer::EmbedJob> submit_embed(infer_engine* e, std::vector<infer::EmbedInput> inputs,
+                                              const infer::EmbedOptions& o);
 
 // Runs fn, translating every exception into a status: no exception ever
 // crosses the C boundary. The handlers allocate nothing (they run when memory

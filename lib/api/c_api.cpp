@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "core/sysmem.h"
 #include "engine/backends.h"
+#include "engine/embed.h"
 #include "engine/engine.h"
 #include "engine/engine_thread.h"
 #include "engine/kv_budget.h"
@@ -992,3 +993,18 @@ infer_status infer_generate(const infer_model* model, const char* prompt, const 
 }
 
 }  // extern "C"
+
+// For c_api_embed.cpp: the engine's model, and embedding jobs submitted under
+// the same gate as requests.
+namespace infer::api {
+const infer::Model& engine_model(const infer_engine* e) { return *e->model->model; }
+
+std::shared_ptr<infer::EmbedJob> submit_embed(infer_engine* e, std::vector<infer::EmbedInput> inputs,
+                                              const infer::EmbedOptions& o) {
+  std::shared_lock<std::shared_mutex> gate(e->submit_mu);
+  if (e->draining) infer::raise(infer::Status::Busy, "infer_engine_stop is draining the engine");
+  std::shared_ptr<infer::EmbedJob> job = e->engine->submit_embed(std::move(inputs), o);
+  notify(e);
+  return job;
+}
+}  // namespace infer::api

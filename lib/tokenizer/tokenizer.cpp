@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
+#include "tokenizer/wordpiece.h"
 
 namespace infer {
 
@@ -14,7 +15,8 @@ std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
   vocab.validate();
   if (vocab.model == "llama") return make_spm_tokenizer(std::move(vocab));
   if (vocab.model == "gpt2") return make_bpe_tokenizer(std::move(vocab));
-  raise(Status::Unsupported, "tokenizer model '%s' is not supported (supported: llama, gpt2)",
+  if (vocab.model == "bert") return make_wordpiece_tokenizer(std::move(vocab));
+  raise(Status::Unsupported, "tokenizer model '%s' is not supported (supported: llama, gpt2, bert)",
         vocab.model.c_str());
 }
 

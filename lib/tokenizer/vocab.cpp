@@ -75,6 +75,11 @@ Vocab Vocab::from_gguf(const GgufFile& g) {
   v.unk = read_token_id(g, "tokenizer.ggml.unknown_token_id", -1, n);
   v.pad = read_token_id(g, "tokenizer.ggml.padding_token_id", -1, n);
   v.eot = read_token_id(g, "tokenizer.ggml.eot_token_id", -1, n);
+  // BERT vocabularies (WordPiece) name [CLS] and [SEP] instead: they are what
+  // a text starts and ends with (encode with add_bos gives [CLS] text [SEP]).
+  const bool wpm = v.model == "bert";
+  if (wpm && v.bos < 0) v.bos = read_token_id(g, "tokenizer.ggml.cls_token_id", -1, n);
+  if (wpm && v.eos < 0) v.eos = read_token_id(g, "tokenizer.ggml.seperator_token_id", -1, n);
 
   // SentencePiece vocabularies add BOS and the dummy prefix unless told
   // otherwise. Byte-level BPE ones add BOS when their pre-tokenizer family
@@ -82,9 +87,9 @@ Vocab Vocab::from_gguf(const GgufFile& g) {
   const bool spm = v.model == "llama";
   PreTokenizerInfo pre_info;
   const bool bpe_bos = v.model == "gpt2" && PreTokenizer::lookup(v.pre, &pre_info) && pre_info.add_bos;
-  v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || bpe_bos);
+  v.add_bos = g.get_bool("tokenizer.ggml.add_bos_token").value_or(spm || bpe_bos || wpm);
   v.add_eos = g.get_bool("tokenizer.ggml.add_eos_token").value_or(false);
-  v.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm);
+  v.add_space_prefix = g.get_bool("tokenizer.ggml.add_space_prefix").value_or(spm || wpm);
   v.remove_extra_whitespaces =
       g.get_bool("tokenizer.ggml.remove_extra_whitespaces").value_or(false);
   v.name = g.get_string("general.name").value_or("");
