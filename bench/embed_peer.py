@@ -54,6 +54,11 @@ def texts(path, n, seed, lo, hi):
     kv = gguf_kv(path)
     toks = kv['tokenizer.ggml.tokens']
     types = kv.get('tokenizer.ggml.token_type', [1] * len(toks))
+    # the GGUF ecosystem's form marks word starts with U+2581 and stores ## pieces bare; HF's form is bare words
+    # and ## pieces
+    phantom = any(w.startswith('\u2581') for w in toks)
+    if phantom:
+        toks = [w[1:] if w.startswith('\u2581') else '#' for w in toks]
     words = [w for w, t in zip(toks, types) if t == 1 and w.isascii() and w.isalpha() and w.islower()]
     if len(words) < 100:
         raise SystemExit(f'{path}: only {len(words)} plain words in the vocabulary')
