@@ -12,6 +12,7 @@
 #include "engine/embed.h"
 #include "engine/engine.h"
 #include "lib/tools/synth.h"
+#include "tools/quantize.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -197,4 +198,24 @@ TEST_CASE("the engine computes embedding jobs between generation steps", "[embed
   const EngineStats st = e.stats();
   REQUIRE(st.n_embed_jobs == 1);
   REQUIRE(st.n_embed_passes >= 4);  // 12 inputs of 3..25 tokens in passes of <= 32 tokens
+}
+
+TEST_CASE("quantized encoders keep their added tables in F32", "[embed][quant]") {
+  // The token-type and position tables are added to the embedding rows, and
+  // other GGUF readers refuse them quantized: synth (and quantize, through
+  // the same rule) leave them F32 while the matrices take the format.
+  for (const char* preset : {"tiny-bert", "tiny-nomic-bert"}) {
+    INFO(preset);
+    const std::string path = infer_test::temp_dir() + "/embed-q8-" + preset + ".gguf";
+    SynthOptions o;
+    o.type = DType::Q8_0;
+    write_synth_model(*find_synth_preset(preset), path, o);
+    std::unique_ptr<Model> m = Model::load(path);
+    const GgufFile& g = m->gguf();
+    REQUIRE(g.find_tensor("token_types.weight")->type == DType::F32);
+    if (const GgufTensorInfo* p = g.find_tensor("position_embd.weight")) REQUIRE(p->type == DType::F32);
+    REQUIRE(g.find_tensor("blk.0.ffn_up.weight")->type == DType::Q8_0);
+    REQUIRE(!is_quantizable("token_types.weight", {64, 2}));
+    REQUIRE(is_quantizable("token_embd.weight", {64, 1000}));
+  }
 }

@@ -28,6 +28,10 @@ bool is_quantizable(const std::string& name, const std::vector<int64_t>& dims) {
     const size_t n = std::strlen(s);
     return name.size() >= n && name.compare(name.size() - n, n, s) == 0;
   };
+  // Encoders' token-type and position tables are added to the embedding
+  // rows, not multiplied: they stay F32 as in converted files (other GGUF
+  // readers add them as they are and refuse a quantized one).
+  if (name == "token_types.weight" || name == "position_embd.weight") return false;
   return dims.size() == 2 && ends_with(".weight") && name.find("norm") == std::string::npos &&
          name.find("rope_freqs") == std::string::npos;
 }
