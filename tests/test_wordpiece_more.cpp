@@ -2,7 +2,6 @@
 // with [CLS]/[SEP] and through the C API's vocabulary-only load, the
 // normalizer's less common characters, and hostile input (long words, many
 // written specials, invalid UTF-8) staying linear and crash-free.
-#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -164,14 +163,12 @@ TEST_CASE("wordpiece: special tokens written in the text", "[tokenizer][wordpiec
   CHECK(t.encode("hello [SEP] world", false, true) == Ids{kHello, kSep, kWorld});
   CHECK(t.encode("[CLS]hello[SEP]world[SEP]", false, true) == Ids{kCls, kHello, kSep, kWorld, kSep});
   CHECK(t.encode("[SEP", false, true) == Ids{kUnk, kUnk});
-  // Many written specials: one pass, not one scan of the text per special.
+  // Many written specials (one pass through a trie: bench_tokenizer times it;
+  // tests assert no timings).
   std::string many;
   for (int i = 0; i < 20000; ++i) many += "[SEP]a";
-  const auto t0 = std::chrono::steady_clock::now();
   const Ids ids = t.encode(many, false, true);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(ids.size() == 40000);
-  CHECK(s < 1.0);
 }
 
 TEST_CASE("wordpiece: hostile input stays linear and never crashes", "[tokenizer][wordpiece]") {
@@ -183,7 +180,6 @@ TEST_CASE("wordpiece: hostile input stays linear and never crashes", "[tokenizer
   for (int i = 0; i < 4096; ++i) junk += static_cast<char>((i * 7919) & 0xFF);
   CHECK_NOTHROW(t.encode(junk, true, true));
   for (int32_t id : t.encode(junk, true, true)) CHECK_NOTHROW(t.token_to_piece(id, true));
-  const auto t0 = std::chrono::steady_clock::now();
   CHECK(t.encode(std::string(100000, 'a'), false) == Ids{kUnk});
   std::string words;
   for (int i = 0; i < 1000; ++i) words += std::string(100, 'a') + " ";
@@ -191,6 +187,4 @@ TEST_CASE("wordpiece: hostile input stays linear and never crashes", "[tokenizer
   std::string cjk;
   for (int i = 0; i < 30000; ++i) cjk += "\xE6\x88\x91";
   CHECK(t.encode(cjk, false).size() == 30000);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(s < 3.0);
 }

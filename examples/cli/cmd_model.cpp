@@ -46,6 +46,8 @@ Particulars particulars(const std::string& arch, const std::map<std::string, std
   const auto neox_key = meta.find("infer.rope.neox");
   const bool neox = neox_key != meta.end() ? neox_key->second == "true" : !(arch == "llama" || arch == "mistral");
   p.rope = neox ? "rotate-half (neox)" : "interleaved";
+  const bool encoder = arch == "bert" || arch == "nomic-bert";
+  if (arch == "bert") p.rope = "none (absolute position table)";
   const std::string type = get("rope.scaling.type");
   if (has("rope_freqs.weight")) {
     p.rope += ", llama3 scaling (rope_freqs)";
@@ -71,7 +73,12 @@ Particulars particulars(const std::string& arch, const std::map<std::string, std
   if (has("blk.0.post_ffw_norm.weight")) add("post-attention and post-ffn norms");
   if (arch == "gemma" || arch == "gemma2") add("gelu-tanh gating, embeddings x sqrt(n_embd)");
   if (!get("expert_count").empty()) add("experts " + get("expert_used_count") + " of " + get("expert_count"));
-  if (!has("output.weight")) add("tied embeddings");
+  if (!has("output.weight") && !encoder) add("tied embeddings");
+  if (encoder) add("encoder: both-way attention, post-LN (LayerNorm eps " + get("attention.layer_norm_epsilon") + ")");
+  static const char* const kPooling[] = {"none", "mean", "cls", "last", "rank"};
+  const std::string pt = get("pooling_type");
+  if (pt.size() == 1 && pt[0] >= '0' && pt[0] <= '4') add(std::string("pooling ") + kPooling[pt[0] - '0']);
+  if (has("cls.output.weight")) add("reranker head (cls.output)");
   return p;
 }
 
