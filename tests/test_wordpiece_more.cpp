@@ -163,8 +163,8 @@ TEST_CASE("wordpiece: special tokens written in the text", "[tokenizer][wordpiec
   CHECK(t.encode("hello [SEP] world", false, true) == Ids{kHello, kSep, kWorld});
   CHECK(t.encode("[CLS]hello[SEP]world[SEP]", false, true) == Ids{kCls, kHello, kSep, kWorld, kSep});
   CHECK(t.encode("[SEP", false, true) == Ids{kUnk, kUnk});
-  // Many written specials (one pass through a trie: bench_tokenizer times it;
-  // tests assert no timings).
+  // Many written specials (one pass through a trie; the result is checked,
+  // not the time: tests assert no timings).
   std::string many;
   for (int i = 0; i < 20000; ++i) many += "[SEP]a";
   const Ids ids = t.encode(many, false, true);
