@@ -89,8 +89,17 @@ EOF
     echo "-- $(basename "$m") --pooling $pool, ours --normalize $no, peer --embd-normalize $np"
     "$INFER" embed -m "$m" -f "$W/texts.txt" --pooling "$pool" --normalize "$no" -t "$THREADS" --out "$W/ours.f32" \
       2>"$W/ours.err" || { echo "  FAIL: infer embed: $(tail -1 "$W/ours.err")"; FAIL=1; return; }
-    "$PEMB" -m "$m" -f "$W/texts.txt" --pooling "$pool" --embd-normalize "$np" --embd-output-format raw \
-      -t "$THREADS" >"$W/peer.txt" 2>"$W/peer.err" || { echo "  FAIL: llama-embedding: $(grep -m1 -i error "$W/peer.err")"; FAIL=1; return; }
+    # The peer's stdout is sometimes lost at exit (0 or 1 of the rows, exit
+    # status 0; seen with this build): run it again, up to 5 times, until it
+    # prints as many rows as ours has.
+    local want tries=0
+    want=$(( $(stat -c %s "$W/ours.f32") / (4 * d) ))
+    while :; do
+      "$PEMB" -m "$m" -f "$W/texts.txt" --pooling "$pool" --embd-normalize "$np" --embd-output-format raw \
+        -t "$THREADS" >"$W/peer.txt" 2>"$W/peer.err" || { echo "  FAIL: llama-embedding: $(grep -m1 -i error "$W/peer.err")"; FAIL=1; return; }
+      tries=$((tries + 1))
+      if [ "$(grep -c . "$W/peer.txt")" -eq "$want" ] || [ $tries -ge 5 ]; then break; fi
+    done
     local labels=("${LABELS[@]}")
     if [ "$pool" = none ]; then labels=(); fi
     $PY compare "$W/ours.f32" "$W/peer.txt" "$d" "$MIN_COS" "${labels[@]}" || FAIL=1

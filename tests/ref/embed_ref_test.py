@@ -98,8 +98,10 @@ def inputs_for(ref, n_vocab, encoder, seed):
 
 
 def word_ids(g, text):
+    # Whole words of the vocabulary: "\u2581word" in the GGUF spelling the
+    # presets write, "word" in the Hugging Face one.
     vocab = {t: i for i, t in enumerate(g.meta['tokenizer.ggml.tokens'])}
-    return [vocab[w] for w in text.split()]
+    return [vocab['\u2581' + w] if '\u2581' + w in vocab else vocab[w] for w in text.split()]
 
 
 def check_preset(c, name):
