@@ -156,7 +156,7 @@ std::shared_ptr<EmbedJob> Engine::submit_embed(std::vector<EmbedInput> inputs, c
   return job;
 }
 
-void Engine::run_embeds(size_t step_tokens) {
+void Engine::run_embeds(double gen_ms) {
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     for (auto& j : embed_inbox_) embed_jobs_.push_back(std::move(j));
@@ -169,11 +169,17 @@ void Engine::run_embeds(size_t step_tokens) {
   if (embed_jobs_.empty()) return;
   // The next inputs, in order, across jobs of the first job's kind.
   const bool rank = embed_jobs_.front()->pooling == Pooling::Rank;
-  // The step's token budget, less what generation used this step (so an
-  // embedding pass is sized like a prompt chunk of another request), but
-  // never under a quarter of it: embeddings progress under any load.
+  // Time-fair with generation: when this step generated (gen_ms > 0), the
+  // pass gets about as many milliseconds as the step took, from the measured
+  // cost of a token in earlier passes (so under both loads each kind gets
+  // half the machine, whatever the model's size); otherwise the whole
+  // max_batch_tokens. Always at least one input: embeddings progress.
   const size_t max_tokens = static_cast<size_t>(std::max<int32_t>(1, params_.max_batch_tokens));
-  const size_t budget = std::max(max_tokens - std::min(max_tokens, step_tokens), std::max<size_t>(1, max_tokens / 4));
+  size_t budget = max_tokens;
+  if (gen_ms > 0 && embed_ms_per_token_ > 0)
+    budget = std::min(max_tokens, static_cast<size_t>(gen_ms / embed_ms_per_token_) + 1);
+  else if (gen_ms > 0)
+    budget = std::max<size_t>(1, max_tokens / 4);  // no cost measured yet
   std::vector<Embedder::Item> items;
   std::vector<std::pair<EmbedJob*, size_t>> taken;  // job, inputs taken
   size_t tokens = 0;
@@ -191,7 +197,13 @@ void Engine::run_embeds(size_t step_tokens) {
   }
   try {
     fault::point("engine.embed");
+    const Clock::time_point t0 = Clock::now();
     embedder_->pass(items);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (tokens > 0) {  // cost per token, smoothed
+      const double per = ms / static_cast<double>(tokens);
+      embed_ms_per_token_ = embed_ms_per_token_ > 0 ? 0.7 * embed_ms_per_token_ + 0.3 * per : per;
+    }
     for (auto& [job, k] : taken) job->next = k;
     ++stats_.n_embed_passes;
     stats_.n_embed_tokens += tokens;
@@ -350,6 +362,7 @@ StepPlan Engine::plan_step() {
 int Engine::step() {
   take_inbox();
   const StepPlan plan = plan_step();
+  const Clock::time_point t_step = Clock::now();
   if (!plan.empty()) {
     if (forward(plan)) {
       for (const StepPlan::Entry& e : plan.entries)
@@ -360,7 +373,7 @@ int Engine::step() {
     }
     ++stats_.n_steps;
   }
-  run_embeds(plan.batch.size());
+  run_embeds(plan.empty() ? 0.0 : std::chrono::duration<double, std::milli>(Clock::now() - t_step).count());
   // Sequences that finished this step give their blocks back now (or, if
   // that runs out of memory, at the start of the next step).
   try {

@@ -142,10 +142,10 @@ class Engine {
   size_t verify(const StepPlan& plan, size_t first);
   void publish_stats();
   // One embedding pass over the queued jobs' next inputs (jobs of one kind,
-  // vectors or rank), within what is left of the step's max_batch_tokens
-  // after step_tokens of generation (at least a quarter of it), finishing
-  // the jobs it completes.
-  void run_embeds(size_t step_tokens);
+  // vectors or rank), finishing the jobs it completes. gen_ms: how long this
+  // step's generation took (0: none); the pass takes about as long, or the
+  // whole max_batch_tokens when nothing generated.
+  void run_embeds(double gen_ms);
 
   const Model& model_;
   EngineParams params_;
@@ -171,6 +171,7 @@ class Engine {
   // Embedding jobs (stepping thread), computed by embedder_ on the engine's backend.
   std::deque<std::shared_ptr<EmbedJob>> embed_jobs_;
   std::unique_ptr<Embedder> embedder_;
+  double embed_ms_per_token_ = 0;  // measured cost of an embedding pass, per token
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex stats_mu_;
   EngineStats published_;
