@@ -169,17 +169,25 @@ void Engine::run_embeds(double gen_ms) {
   if (embed_jobs_.empty()) return;
   // The next inputs, in order, across jobs of the first job's kind.
   const bool rank = embed_jobs_.front()->pooling == Pooling::Rank;
-  // Time-fair with generation: when this step generated (gen_ms > 0), the
-  // pass gets about as many milliseconds as the step took, from the measured
-  // cost of a token in earlier passes (so under both loads each kind gets
-  // half the machine, whatever the model's size); otherwise the whole
-  // max_batch_tokens. Always at least one input: embeddings progress.
+  // Time-fair with generation. Steps that generate earn embedding time
+  // equal to theirs (a credit, capped at a second); a pass spends it, sized
+  // from the measured cost of a token in earlier passes, and runs only while
+  // the credit is positive. An input is never split (an encoder sees a whole
+  // text), so a pass may overdraw: the steps after it then generate alone
+  // until the credit is back. Under both loads each kind gets about half the
+  // machine, whatever the model's or the inputs' size. With nothing
+  // generating, every step runs a full pass of max_batch_tokens.
   const size_t max_tokens = static_cast<size_t>(std::max<int32_t>(1, params_.max_batch_tokens));
   size_t budget = max_tokens;
-  if (gen_ms > 0 && embed_ms_per_token_ > 0)
-    budget = std::min(max_tokens, static_cast<size_t>(gen_ms / embed_ms_per_token_) + 1);
-  else if (gen_ms > 0)
-    budget = std::max<size_t>(1, max_tokens / 4);  // no cost measured yet
+  if (gen_ms > 0) {
+    embed_credit_ms_ = std::min(embed_credit_ms_ + gen_ms, 1000.0);
+    if (embed_credit_ms_ <= 0) return;
+    budget = embed_ms_per_token_ > 0
+                 ? std::min(max_tokens, static_cast<size_t>(embed_credit_ms_ / embed_ms_per_token_) + 1)
+                 : std::max<size_t>(1, max_tokens / 4);  // no cost measured yet
+  } else {
+    embed_credit_ms_ = 0;
+  }
   std::vector<Embedder::Item> items;
   std::vector<std::pair<EmbedJob*, size_t>> taken;  // job, inputs taken
   size_t tokens = 0;
@@ -200,6 +208,7 @@ void Engine::run_embeds(double gen_ms) {
     const Clock::time_point t0 = Clock::now();
     embedder_->pass(items);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (gen_ms > 0) embed_credit_ms_ -= ms;
     if (tokens > 0) {  // cost per token, smoothed
       const double per = ms / static_cast<double>(tokens);
       embed_ms_per_token_ = embed_ms_per_token_ > 0 ? 0.7 * embed_ms_per_token_ + 0.3 * per : per;

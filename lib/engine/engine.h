@@ -143,8 +143,9 @@ class Engine {
   void publish_stats();
   // One embedding pass over the queued jobs' next inputs (jobs of one kind,
   // vectors or rank), finishing the jobs it completes. gen_ms: how long this
-  // step's generation took (0: none); the pass takes about as long, or the
-  // whole max_batch_tokens when nothing generated.
+  // step's generation took (0: none): embeddings get as much time as
+  // generation over the steps (a credit), or a whole max_batch_tokens pass
+  // each step when nothing generates.
   void run_embeds(double gen_ms);
 
   const Model& model_;
@@ -172,6 +173,7 @@ class Engine {
   std::deque<std::shared_ptr<EmbedJob>> embed_jobs_;
   std::unique_ptr<Embedder> embedder_;
   double embed_ms_per_token_ = 0;  // measured cost of an embedding pass, per token
+  double embed_credit_ms_ = 0;     // embedding time earned by generation steps, not yet spent
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex stats_mu_;
   EngineStats published_;
