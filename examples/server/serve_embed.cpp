@@ -299,6 +299,16 @@ void guarded(Server& srv, http::Response& res, const char* endpoint, F&& f) {
   }
 }
 
+// The row of input i of a finished job (one row per input: POOLING_NONE is
+// not offered by the server).
+const float* input_row(const Job& job, int32_t i) {
+  int64_t first = 0;
+  int32_t n_rows = 0;
+  if (infer_embeddings_input_rows(job.e, i, &first, &n_rows) != INFER_OK || n_rows < 1)
+    refuse("no result", "", "internal", 500);
+  return infer_embeddings_data(job.e) + first * infer_embeddings_dim(job.e);
+}
+
 }  // namespace
 
 void handle_embeddings(Server& srv, const http::Request& req, http::Response& res) {
@@ -321,20 +331,15 @@ void handle_embeddings(Server& srv, const http::Request& req, http::Response& re
     Job job;
     submit_inputs(srv, in, p, job);
     const int32_t dim = infer_embeddings_dim(job.e);
-    const float* data = infer_embeddings_data(job.e);
     const int64_t n_tokens = infer_embeddings_n_tokens(job.e);
     std::string out;
     out.reserve(in.size() * (static_cast<size_t>(dim) * (base64 ? 6 : 14) + 48) + 128);
     out += "{\"object\":\"list\",\"data\":[";
     for (int32_t i = 0; i < static_cast<int32_t>(in.size()); ++i) {
-      int64_t first = 0;
-      int32_t n_rows = 0;
-      if (infer_embeddings_input_rows(job.e, i, &first, &n_rows) != INFER_OK || n_rows < 1) refuse("no result", "", "internal", 500);
       if (i) out += ',';
       out += "{\"object\":\"embedding\",\"index\":" + std::to_string(i) + ",\"embedding\":";
-      // One row per input (POOLING_NONE is not offered here).
-      if (base64) append_base64(out, data + first * dim, dim);
-      else append_row(out, data + first * dim, dim);
+      if (base64) append_base64(out, input_row(job, i), dim);
+      else append_row(out, input_row(job, i), dim);
       out += '}';
     }
     out += "],\"model\":";
@@ -361,17 +366,13 @@ void handle_ollama_embed(Server& srv, const http::Request& req, http::Response& 
     Job job;
     submit_inputs(srv, in, p, job);
     const int32_t dim = infer_embeddings_dim(job.e);
-    const float* data = infer_embeddings_data(job.e);
     const int64_t n_tokens = infer_embeddings_n_tokens(job.e);
     std::string out = "{\"model\":";
     http::append_json_string(out, srv.model_id.data(), srv.model_id.size());
     out += ",\"embeddings\":[";
     for (int32_t i = 0; i < static_cast<int32_t>(in.size()); ++i) {
-      int64_t first = 0;
-      int32_t n_rows = 0;
-      if (infer_embeddings_input_rows(job.e, i, &first, &n_rows) != INFER_OK || n_rows < 1) refuse("no result", "", "internal", 500);
       if (i) out += ',';
-      append_row(out, data + first * dim, dim);
+      append_row(out, input_row(job, i), dim);
     }
     out += "],\"prompt_eval_count\":" + std::to_string(n_tokens) + "}";
     res.set_content(std::move(out), "application/json");

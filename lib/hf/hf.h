@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/json.h"
 #include "gguf/gguf.h"
 
 namespace infer {
@@ -84,6 +85,15 @@ std::vector<std::pair<std::string, GgufValue>> tokenizer_metadata(std::string_vi
                                                                   std::string_view tokenizer_config_json,
                                                                   std::string_view config_json,
                                                                   int64_t n_vocab_min = 0);
+
+// tokenizer.json's model.vocab (an object token -> id) and added_tokens ->
+// tokens and their tokenizer.ggml.token_type values by id: vocabulary
+// entries Normal (Byte for "<0xNN>" when `byte_tokens`), added tokens
+// Control when special, else UserDefined; ids no entry takes (and ids up to
+// n_vocab_min) become "[PADn]", Unused. Error(Format) for bad ids, two
+// entries on one id, an added token on another token's id, or no tokens.
+void read_tokenizer_vocab(const Json& tokenizer_json, const Json& vocab, int64_t n_vocab_min, bool byte_tokens,
+                          std::vector<std::string>& tokens, std::vector<int32_t>& types);
 
 // The GGUF name of an HF tensor name for an architecture ("" when the tensor
 // is not part of the model, e.g. rotary_emb.inv_freq). Error(Unsupported)

@@ -16,6 +16,7 @@
 //    rotary in the rotate-half pairing (rotary_emb_interleaved false), which is
 //    the pairing the nomic-bert architecture applies.
 #include "hf/hf_encoder.h"
+#include "hf/hf.h"
 
 #include <sys/stat.h>
 
@@ -321,56 +322,9 @@ MetaList wordpiece_metadata(const Json& tj, const Json& tc, const Json& cfg, int
   // Tokens: the vocabulary, then added tokens at their ids.
   const Json* vocab = model->find("vocab");
   if (!vocab || !vocab->is_object()) raise(Status::Format, "tokenizer.json: model.vocab is not an object");
-  int64_t n = 0;
-  for (const auto& [tok, id] : vocab->members()) {
-    if (!id.is_int() || id.as_int() < 0 || id.as_int() >= (int64_t(1) << 24))
-      raise(Status::Format, "tokenizer.json: vocabulary entry '%s' has a bad id", tok.substr(0, 40).c_str());
-    n = std::max(n, id.as_int() + 1);
-  }
-  struct Added {
-    std::string content;
-    int64_t id;
-    bool special;
-  };
-  std::vector<Added> added;
-  if (const Json* at = tj.find("added_tokens"); at && !at->is_null()) {
-    if (!at->is_array()) raise(Status::Format, "tokenizer.json: added_tokens is not an array");
-    for (const Json& x : at->items()) {
-      const Json* id = x.find("id");
-      const Json* c = x.find("content");
-      const Json* s = x.find("special");
-      if (!id || !id->is_int() || id->as_int() < 0 || id->as_int() >= (int64_t(1) << 24) || !c || !c->is_string())
-        raise(Status::Format, "tokenizer.json: an added token has no valid id and content");
-      added.push_back({c->as_string(), id->as_int(), s && s->is_bool() && s->as_bool()});
-      n = std::max(n, id->as_int() + 1);
-    }
-  }
-  if (n_vocab_min > n) n = n_vocab_min;
-  if (n == 0) raise(Status::Format, "tokenizer.json: the vocabulary is empty");
-  std::vector<std::string> tokens(static_cast<size_t>(n));
-  std::vector<int32_t> types(static_cast<size_t>(n), static_cast<int32_t>(TokenType::Undefined));
-  std::vector<uint8_t> filled(static_cast<size_t>(n), 0);
-  for (const auto& [tok, id] : vocab->members()) {
-    const size_t i = static_cast<size_t>(id.as_int());
-    if (filled[i]) raise(Status::Format, "tokenizer.json: id %zu is given to two vocabulary entries", i);
-    filled[i] = 1;
-    tokens[i] = tok;
-    types[i] = static_cast<int32_t>(TokenType::Normal);
-  }
-  for (const Added& x : added) {
-    const size_t i = static_cast<size_t>(x.id);
-    if (filled[i] && tokens[i] != x.content)
-      raise(Status::Format, "tokenizer.json: added token '%s' takes id %zu of '%s'", x.content.substr(0, 40).c_str(), i,
-            tokens[i].substr(0, 40).c_str());
-    filled[i] = 1;
-    tokens[i] = x.content;
-    types[i] = static_cast<int32_t>(x.special ? TokenType::Control : TokenType::UserDefined);
-  }
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (!filled[i]) {
-      tokens[i] = "[PAD" + std::to_string(i) + "]";
-      types[i] = static_cast<int32_t>(TokenType::Unused);
-    }
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  read_tokenizer_vocab(tj, *vocab, n_vocab_min, /*byte_tokens=*/false, tokens, types);
   std::unordered_map<std::string, int32_t> index;
   for (size_t i = 0; i < tokens.size(); ++i) index.emplace(tokens[i], static_cast<int32_t>(i));
   auto id_of = [&](const std::string& s) -> int64_t {

@@ -144,6 +144,62 @@ std::string token_content(const Json* v) {
 
 }  // namespace
 
+void read_tokenizer_vocab(const Json& tj, const Json& vocab, int64_t n_vocab_min, bool byte_tokens,
+                          std::vector<std::string>& tokens, std::vector<int32_t>& types) {
+  int64_t n = 0;
+  for (const auto& [tok, id] : vocab.members()) {
+    if (!id.is_int() || id.as_int() < 0 || id.as_int() >= (int64_t(1) << 24))
+      raise(Status::Format, "tokenizer.json: vocabulary entry '%s' has a bad id", tok.substr(0, 40).c_str());
+    n = std::max(n, id.as_int() + 1);
+  }
+  struct Added {
+    std::string content;
+    int64_t id;
+    bool special;
+  };
+  std::vector<Added> added;
+  if (const Json* at = tj.find("added_tokens"); at && !at->is_null()) {
+    if (!at->is_array()) raise(Status::Format, "tokenizer.json: added_tokens is not an array");
+    for (const Json& a : at->items()) {
+      const Json* id = a.find("id");
+      const Json* c = a.find("content");
+      const Json* s = a.find("special");
+      if (!id || !id->is_int() || id->as_int() < 0 || id->as_int() >= (int64_t(1) << 24) || !c || !c->is_string())
+        raise(Status::Format, "tokenizer.json: an added token has no valid id and content");
+      added.push_back({c->as_string(), id->as_int(), s && s->is_bool() && s->as_bool()});
+      n = std::max(n, id->as_int() + 1);
+    }
+  }
+  if (n_vocab_min > n) n = n_vocab_min;
+  if (n == 0) raise(Status::Format, "tokenizer.json: the vocabulary is empty");
+  tokens.assign(static_cast<size_t>(n), std::string());
+  types.assign(static_cast<size_t>(n), static_cast<int32_t>(TokenType::Undefined));
+  std::vector<uint8_t> filled(static_cast<size_t>(n), 0);
+  for (const auto& [tok, id] : vocab.members()) {
+    const size_t i = static_cast<size_t>(id.as_int());
+    if (filled[i]) raise(Status::Format, "tokenizer.json: id %zu is given to two vocabulary entries", i);
+    filled[i] = 1;
+    tokens[i] = tok;
+    types[i] = static_cast<int32_t>(TokenType::Normal);
+    if (byte_tokens && tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>')
+      types[i] = static_cast<int32_t>(TokenType::Byte);
+  }
+  for (const Added& a : added) {
+    const size_t i = static_cast<size_t>(a.id);
+    if (filled[i] && tokens[i] != a.content)
+      raise(Status::Format, "tokenizer.json: added token '%s' takes id %zu of '%s'", a.content.substr(0, 40).c_str(), i,
+            tokens[i].substr(0, 40).c_str());
+    filled[i] = 1;
+    tokens[i] = a.content;
+    types[i] = static_cast<int32_t>(a.special ? TokenType::Control : TokenType::UserDefined);
+  }
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (!filled[i]) {
+      tokens[i] = "[PAD" + std::to_string(i) + "]";
+      types[i] = static_cast<int32_t>(TokenType::Unused);
+    }
+}
+
 Meta tokenizer_metadata(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
                         std::string_view config_json, int64_t n_vocab_min) {
   const Json tj = Json::parse(tokenizer_json, "tokenizer.json");
@@ -216,58 +272,9 @@ Meta tokenizer_metadata(std::string_view tokenizer_json, std::string_view tokeni
   }
 
   // Tokens: the model's vocabulary, then added tokens at their ids.
-  int64_t n = 0;
-  for (const auto& [tok, id] : vocab->members()) {
-    if (!id.is_int() || id.as_int() < 0 || id.as_int() >= (int64_t(1) << 24))
-      raise(Status::Format, "tokenizer.json: vocabulary entry '%s' has a bad id", tok.substr(0, 40).c_str());
-    n = std::max(n, id.as_int() + 1);
-  }
-  struct Added {
-    std::string content;
-    int64_t id;
-    bool special;
-  };
-  std::vector<Added> added;
-  if (const Json* at = tj.find("added_tokens"); at && !at->is_null()) {
-    if (!at->is_array()) raise(Status::Format, "tokenizer.json: added_tokens is not an array");
-    for (const Json& a : at->items()) {
-      const Json* id = a.find("id");
-      const Json* c = a.find("content");
-      const Json* s = a.find("special");
-      if (!id || !id->is_int() || id->as_int() < 0 || id->as_int() >= (int64_t(1) << 24) || !c || !c->is_string())
-        raise(Status::Format, "tokenizer.json: an added token has no valid id and content");
-      added.push_back({c->as_string(), id->as_int(), s && s->is_bool() && s->as_bool()});
-      n = std::max(n, id->as_int() + 1);
-    }
-  }
-  if (n_vocab_min > n) n = n_vocab_min;
-  if (n == 0) raise(Status::Format, "tokenizer.json: the vocabulary is empty");
-  std::vector<std::string> tokens(static_cast<size_t>(n));
-  std::vector<int32_t> types(static_cast<size_t>(n), static_cast<int32_t>(TokenType::Undefined));
-  std::vector<uint8_t> filled(static_cast<size_t>(n), 0);
-  for (const auto& [tok, id] : vocab->members()) {
-    const size_t i = static_cast<size_t>(id.as_int());
-    if (filled[i]) raise(Status::Format, "tokenizer.json: id %zu is given to two vocabulary entries", i);
-    filled[i] = 1;
-    tokens[i] = tok;
-    types[i] = static_cast<int32_t>(TokenType::Normal);
-    if (spm && tok.size() == 6 && tok.compare(0, 3, "<0x") == 0 && tok[5] == '>')
-      types[i] = static_cast<int32_t>(TokenType::Byte);
-  }
-  for (const Added& a : added) {
-    const size_t i = static_cast<size_t>(a.id);
-    if (filled[i] && tokens[i] != a.content)
-      raise(Status::Format, "tokenizer.json: added token '%s' takes id %zu of '%s'", a.content.substr(0, 40).c_str(), i,
-            tokens[i].substr(0, 40).c_str());
-    filled[i] = 1;
-    tokens[i] = a.content;
-    types[i] = static_cast<int32_t>(a.special ? TokenType::Control : TokenType::UserDefined);
-  }
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (!filled[i]) {
-      tokens[i] = "[PAD" + std::to_string(i) + "]";
-      types[i] = static_cast<int32_t>(TokenType::Unused);
-    }
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  read_tokenizer_vocab(tj, *vocab, n_vocab_min, spm, tokens, types);
   std::unordered_map<std::string, int32_t> index;
   index.reserve(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) index.emplace(tokens[i], static_cast<int32_t>(i));
@@ -344,7 +351,7 @@ Meta tokenizer_metadata(std::string_view tokenizer_json, std::string_view tokeni
   auto cfg_id = [&](const char* key) -> int64_t {
     const Json* v = cfg.find(key);
     if (v && v->is_array() && !v->items().empty()) v = &v->items()[0];
-    return v && v->is_int() && v->as_int() >= 0 && v->as_int() < n ? v->as_int() : -1;
+    return v && v->is_int() && v->as_int() >= 0 && v->as_int() < static_cast<int64_t>(tokens.size()) ? v->as_int() : -1;
   };
   auto special = [&](const char* tc_key, const char* cfg_key, const char* gguf_key) {
     int64_t id = id_of(token_content(tc.find(tc_key)));
