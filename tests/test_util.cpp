@@ -49,4 +49,31 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+void read_vocab_vectors(const std::string& path, std::vector<std::string>& inputs,
+                        std::vector<std::vector<int32_t>>& expected) {
+  const std::string inp = read_text(path + ".inp");
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  for (size_t pos = 0;;) {
+    const size_t next = inp.find(sep, pos);
+    if (next == std::string::npos) break;
+    inputs.push_back(inp.substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  const std::string out = read_text(path + ".out");
+  for (size_t start = 0; start < out.size();) {
+    size_t nl = out.find('\n', start);
+    if (nl == std::string::npos) nl = out.size();
+    const std::string line = out.substr(start, nl - start);
+    std::vector<int32_t> ids;
+    const char* p = line.c_str();
+    char* end = nullptr;
+    for (long x = std::strtol(p, &end, 10); end != p; x = std::strtol(p, &end, 10)) {
+      ids.push_back(static_cast<int32_t>(x));
+      p = end;
+    }
+    expected.push_back(ids);
+    start = nl + 1;
+  }
+}
+
 }  // namespace infer_test

@@ -16,6 +16,11 @@ std::string shared_file(const std::string& rel);
 std::string temp_dir();
 std::vector<uint8_t> read_file(const std::string& path);
 std::string read_text(const std::string& path);
+// llama.cpp's tokenizer test vectors: PATH.inp holds texts separated by
+// "\n__ggml_vocab_test__\n" (also after the last), PATH.out one line of
+// token ids per text.
+void read_vocab_vectors(const std::string& path, std::vector<std::string>& inputs,
+                        std::vector<std::vector<int32_t>>& expected);
 
 }  // namespace infer_test
 

@@ -16,34 +16,6 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-// Strings separated by "\n__ggml_vocab_test__\n" (also after the last), one
-// line of ids per string.
-void read_vectors(const std::string& base, std::vector<std::string>& in, std::vector<Ids>& out) {
-  const std::string inp = infer_test::read_text(base + ".inp");
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  for (size_t pos = 0;;) {
-    const size_t next = inp.find(sep, pos);
-    if (next == std::string::npos) break;
-    in.push_back(inp.substr(pos, next - pos));
-    pos = next + sep.size();
-  }
-  const std::string o = infer_test::read_text(base + ".out");
-  for (size_t ls = 0; ls < o.size();) {
-    size_t nl = o.find('\n', ls);
-    if (nl == std::string::npos) nl = o.size();
-    Ids ids;
-    const std::string line = o.substr(ls, nl - ls);
-    const char* p = line.c_str();
-    char* end = nullptr;
-    for (long x = std::strtol(p, &end, 10); end != p; x = std::strtol(p, &end, 10)) {
-      ids.push_back(static_cast<int32_t>(x));
-      p = end;
-    }
-    out.push_back(ids);
-    ls = nl + 1;
-  }
-}
-
 // A vocabulary in the Hugging Face spelling ("##" continuations) or the
 // GGUF one ("▁" word starts, bare continuations).
 std::unique_ptr<Tokenizer> small_vocab(bool gguf_form) {
@@ -80,7 +52,7 @@ TEST_CASE("wordpiece: the peer's test vectors of ggml-vocab-bert-bge", "[tokeniz
   std::unique_ptr<Tokenizer> tok = Tokenizer::create(*GgufFile::open(path));
   std::vector<std::string> in;
   std::vector<Ids> want;
-  read_vectors(path, in, want);
+  infer_test::read_vocab_vectors(path, in, want);
   REQUIRE(in.size() == want.size());
   REQUIRE(in.size() > 10);
   size_t failures = 0;

@@ -24,33 +24,6 @@ std::string ids_str(const Ids& ids) {
   return s;
 }
 
-// "\n__ggml_vocab_test__\n"-separated inputs, one line of ids per input.
-void read_vectors(const std::string& path, std::vector<std::string>& inputs, std::vector<Ids>& expected) {
-  const std::string inp = infer_test::read_text(path + ".inp");
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  for (size_t pos = 0;;) {
-    const size_t next = inp.find(sep, pos);
-    if (next == std::string::npos) break;
-    inputs.push_back(inp.substr(pos, next - pos));
-    pos = next + sep.size();
-  }
-  const std::string out = infer_test::read_text(path + ".out");
-  for (size_t start = 0; start < out.size();) {
-    size_t nl = out.find('\n', start);
-    if (nl == std::string::npos) nl = out.size();
-    const std::string line = out.substr(start, nl - start);
-    Ids ids;
-    const char* p = line.c_str();
-    char* end = nullptr;
-    for (long x = std::strtol(p, &end, 10); end != p; x = std::strtol(p, &end, 10)) {
-      ids.push_back(static_cast<int32_t>(x));
-      p = end;
-    }
-    expected.push_back(ids);
-    start = nl + 1;
-  }
-}
-
 // A tiny uncased vocabulary in the Hugging Face spelling.
 enum : int32_t { kPad, kUnk, kCls, kSep, kMask, kHello, kWorld, kUn, kAff, kAble, kA, kContA, kCafe,
                  kComma, kBang, kWo, kXiang, kDot, kE, kContS, kI, kCount };
@@ -81,7 +54,7 @@ TEST_CASE("wordpiece: bge vectors with [CLS]/[SEP], and through the C API", "[to
   const std::unique_ptr<Tokenizer> tok = Tokenizer::create(*GgufFile::open(path));
   std::vector<std::string> inputs;
   std::vector<Ids> expected;
-  read_vectors(path, inputs, expected);
+  infer_test::read_vocab_vectors(path, inputs, expected);
   REQUIRE(inputs.size() == expected.size());
   REQUIRE(!inputs.empty());
   CHECK(tok->vocab().bos == 101);  // [CLS]
