@@ -499,7 +499,14 @@ if [ "$RC" -eq 0 ] && ! grep -q "girl" "$OUT"; then pass "run --stop may be repe
 # take under half a second on a quiet machine, and the run ended first).
 timeout 300 "$INFER" run -m "$MODEL" -p "Once upon a time" -n -1 -c 200000 --ignore-eos --temp 0 >"$OUT" 2>"$ERR" &
 pid=$!
-sleep 0.5
+# The signal goes once text is streaming (not after a fixed delay: a loaded
+# machine may still be loading the model then, which ends as 130 without
+# statistics to print).
+for _ in $(seq 1 600); do
+  [ "$(wc -c <"$OUT")" -gt 40 ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.05
+done
 kill -INT $pid
 wait $pid
 RC=$?
