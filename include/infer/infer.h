@@ -63,7 +63,7 @@ extern "C" {
 /* ---- version ------------------------------------------------------------ */
 
 #define INFER_VERSION_MAJOR 1
-#define INFER_VERSION_MINOR 5
+#define INFER_VERSION_MINOR 6
 #define INFER_VERSION_PATCH 0
 #define INFER_VERSION_NUMBER (INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH)
 
@@ -137,6 +137,18 @@ typedef struct infer_model_params {
   infer_backend backend; /* default AUTO */
   int32_t use_mmap;      /* default 1: map the file read-only instead of reading it */
   int32_t vocab_only;    /* default 0: 1 loads only the tokenizer (tensors may be absent) */
+  /* Since 1.6, tensor parallelism (README "Running one model on several processes"): */
+  int32_t tensor_parallel; /* default 0 (or 1): this process holds the whole model. N > 1: this
+                              process is one of the N ranks of an MPI job (mpirun -np N, srun) and
+                              loads only its 1/N of the weights: attention by heads (the KV cache
+                              too), the FFN by hidden units, the output head by vocabulary.
+                              N must be the communicator's size. INFER_ERR_UNSUPPORTED in a build
+                              without MPI, on the CUDA backend, or for a shape that cannot be
+                              split N ways (heads or KV heads not a multiple of N, a quantized row
+                              that would be cut inside a block); infer_last_error() says which */
+  void *mpi_comm;          /* default NULL: MPI_COMM_WORLD (initialized by the library when the
+                              host has not). Else a pointer to the host's MPI_Comm, whose ranks
+                              are the group; it must outlive the model */
 } infer_model_params;
 
 INFER_API void infer_model_params_init(infer_model_params *params);
@@ -302,6 +314,12 @@ typedef struct infer_engine_params {
   const infer_model *draft_model; /* DRAFT: the draft model (required; the same vocabulary, checked:
                                      INVALID_ARGUMENT names the first difference); it must
                                      outlive the engine */
+  /* Since 1.6, tensor parallelism: */
+  int32_t tensor_parallel; /* default 0: the model's group (infer_model_params.tensor_parallel);
+                              otherwise it must equal it (INVALID_ARGUMENT). On rank 0 the engine
+                              is the group's one engine; ranks 1..N-1 call infer_engine_follow */
+  int32_t tp_timeout_ms;   /* a collective of a pass that waits longer than this (a rank died or
+                              hung) fails, and the job is ended with the reason; default 0: 60000 */
 } infer_engine_params;
 
 INFER_API void infer_engine_params_init(infer_engine_params *params);
@@ -315,6 +333,18 @@ INFER_API infer_status infer_engine_create(const infer_model *model, const infer
                                            infer_engine **out);
 /* Cancels and releases everything; request handles stay valid until freed. */
 INFER_API void infer_engine_free(infer_engine *engine);
+
+/* Since 1.6. The model's tensor-parallel rank and group size (0 and 1 for a whole model; -1
+ * for NULL). */
+INFER_API int32_t infer_model_tp_rank(const infer_model *model);
+INFER_API int32_t infer_model_tp_size(const infer_model *model);
+/* Since 1.6. On ranks 1..N-1 of a tensor-parallel model: runs the passes of rank 0's engine on
+ * this rank's share of the weights, and returns INFER_OK when rank 0 frees its engine. Rank 0
+ * creates the engine (infer_engine_create) and owns every request; the other ranks never see
+ * one. params must match rank 0's (checked at start, with the model's bytes: INVALID_ARGUMENT
+ * names what differs). INFER_ERR_BACKEND when the group breaks (a rank died or hung past
+ * tp_timeout_ms). INVALID_ARGUMENT on rank 0 or for a whole model. Blocks the calling thread. */
+INFER_API infer_status infer_engine_follow(const infer_model *model, const infer_engine_params *params);
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
@@ -537,6 +567,10 @@ typedef struct infer_engine_stats {
   double mean_accepted_length;
   uint64_t draft_tokens_at[16];
   uint64_t accepted_tokens_at[16];
+  /* Since 1.6, tensor parallelism: this rank's collectives since creation (0 for a whole model) */
+  uint64_t tp_comm_calls;
+  uint64_t tp_comm_bytes;
+  double tp_comm_seconds;       /* time inside them, waiting included */
 } infer_engine_stats;
 
 INFER_API void infer_engine_stats_init(infer_engine_stats *stats);

@@ -448,4 +448,8 @@ int32_t Engine::max_concurrency(int32_t prompt_len, int32_t output_len) const {
   return kv_plan_.concurrency(n, params_.max_seqs);
 }
 
+void follow_engine(const Model&, const EngineParams&) {
+  raise(Status::Unsupported, "tensor parallelism: not yet");
+}
+
 }  // namespace infer

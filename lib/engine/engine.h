@@ -66,6 +66,11 @@ struct EngineParams {
   // larger batch already fills the matmul tiles drafts would have used, and
   // rejected drafts then cost real time (0: no limit). See bench/RESULTS.md.
   int32_t spec_max_batch = 4;
+  // Tensor parallelism (dist/tp.h): 0, or the model's group size (checked).
+  int32_t tensor_parallel = 0;
+  // A collective of a tensor-parallel pass that waits longer than this
+  // fails the pass and ends the job (a rank died or hung); 0: 60 s.
+  int64_t tp_timeout_ms = 0;
   void validate() const;
   // What the KV pool is sized from, for a context of n_ctx tokens.
   KvSizing kv_sizing(int32_t n_ctx) const;
@@ -79,6 +84,10 @@ struct EngineStats {
   SpecCounters spec;               // speculative decoding, all requests
   double uptime_s = 0;             // since the engine was created
   KvStats kv;
+  // Tensor parallelism: this rank's collectives (dist/comm.h) since the
+  // engine was created: count, bytes and the time spent in them.
+  uint64_t tp_comm_calls = 0, tp_comm_bytes = 0;
+  double tp_comm_seconds = 0;
 };
 
 class Engine {
@@ -178,5 +187,13 @@ class Engine {
   mutable std::mutex stats_mu_;
   EngineStats published_;
 };
+
+// Ranks 1..N-1 of a tensor-parallel model (dist/tp.h): runs the passes of
+// rank 0's engine on this rank's shard until that engine goes away
+// (returns), or fails with Error when the group breaks (a collective timed
+// out, a rank died) or the ranks disagree at start-up (model bytes or
+// parameters: Error(InvalidArgument)). params: as rank 0's. Error(
+// InvalidArgument) on rank 0 or for a whole model.
+void follow_engine(const Model& model, const EngineParams& params);
 
 }  // namespace infer

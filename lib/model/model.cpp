@@ -54,4 +54,6 @@ KvLayout Model::kv_layout() const {
   return l;
 }
 
+uint64_t Model::fingerprint() const { return 0; }
+
 }  // namespace infer

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "dist/tp.h"
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "model/moe.h"
@@ -88,11 +89,21 @@ struct ModelConfig {
   int32_t n_cls_out = 0;              // reranker: outputs of the classifier head (cls.output.weight rows); 0: no head
   int32_t n_token_types = 0;          // token type (segment) embeddings (BERT: 2); 0: none
   float norm_eps = 1e-12f;            // LayerNorm epsilon (encoders: *.attention.layer_norm_epsilon)
+  // ---- tensor parallelism (dist/tp.h) ----
+  // The shapes above are the whole model's; a rank of tp_size runs
+  // n_head / tp_size heads, n_head_kv / tp_size KV heads (its kv_layout())
+  // and n_ff / tp_size FFN units.
+  int32_t tp_size = 1, tp_rank = 0;
 };
 
 struct LoadOptions {
   bool use_mmap = true;
   bool vocab_only = false;
+  // Tensor parallelism (dist/tp.h): with a communicator of size N > 1 this
+  // process loads, prepares and runs only its rank's 1/N of the weights
+  // (Error(Unsupported) for a shape that cannot be split N ways). null or
+  // size 1: the whole model.
+  std::shared_ptr<Communicator> comm;
 };
 
 // What a forward pass reuses from one step to the next (grown, never shrunk,
@@ -159,6 +170,12 @@ class Model {
   // batches of up to `rows` tokens, so the first request does not pay the
   // page faults (or a device backend its allocations).
   virtual void reserve_workspace(Workspace& ws, Backend& be, int64_t rows) const {}
+  // The tensor-parallel group this rank belongs to; null for a whole model.
+  TpGroup* tp() const { return tp_.get(); }
+  // Identifies the model's bytes as loaded (metadata, tensor table and a
+  // sample of every tensor's data, plus the split): what ranks compare at
+  // start-up so a mismatched file or split fails clearly.
+  uint64_t fingerprint() const;
   // The backend the model was prepared for at load (engines create it).
   BackendKind backend() const { return backend_; }
   void set_backend(BackendKind k) { backend_ = k; }
@@ -171,6 +188,7 @@ class Model {
   bool vocab_only_ = false;
   BackendKind backend_ = BackendKind::Cpu;
   uint64_t n_params_ = 0, n_bytes_ = 0;
+  std::shared_ptr<TpGroup> tp_;
 };
 
 // Architecture factories (one file each, over lib/model/transformer.h).
