@@ -461,6 +461,15 @@ void Transformer::for_each_weight(const std::function<void(const WeightView&)>& 
   if (output_.data) fn(output_);
 }
 
+void Transformer::release_prepared(const std::function<bool(const WeightView&)>& held) {
+  for_each_weight([&](const WeightView& w) {
+    if (!w.data || !held(w)) return;
+    gguf_->release(w.data, w.row_bytes * static_cast<size_t>(w.n_out));
+    for (std::vector<uint8_t>& b : owned_)
+      if (!b.empty() && b.data() == w.data) std::vector<uint8_t>().swap(b);  // a share copied at load
+  });
+}
+
 void Transformer::reserve_workspace(Workspace& ws, Backend& be, int64_t m) const {
   if (vocab_only_ || m <= 0) return;
   const ModelConfig& c = config_;
