@@ -188,8 +188,8 @@ void test_timeout(Communicator& c) {
   const int n = c.size(), me = c.rank();
   const int skipper = n - 1;
   const int64_t timeout = 1000;
+  EXPECT_OK(c, c.barrier());  // with the long timeout: a loaded machine may start ranks late
   c.set_timeout_ms(timeout);
-  EXPECT_OK(c, c.barrier());
   std::vector<float> v(256, 1.0f);
   if (me == skipper) {
     std::this_thread::sleep_for(std::chrono::milliseconds(timeout + 1500));
