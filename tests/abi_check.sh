@@ -51,6 +51,11 @@ dump() { # LIB HEADER OUT
     echo "abi_check: $1 has no usable debug info for its public types (build lib/api with -g)" >&2
     return 1
   fi
+  # Source paths relative to the checkout (HEADER's ../..), so a baseline
+  # does not name the folder it was built in.
+  local root
+  root=$(cd "$(dirname "$2")/../.." && pwd)
+  sed -i "s|path='$root/|path='|g" "$3"
 }
 
 # The suppression lets any change of a struct_size struct through when fields

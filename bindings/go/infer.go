@@ -181,6 +181,11 @@ type Model struct {
 type ModelOptions struct {
 	NoMmap    bool
 	VocabOnly bool
+	// TensorParallel N > 1 (libinfer 1.6): this process is one of the N ranks
+	// of an MPI job (mpirun -np N) and loads 1/N of the weights; rank 0 makes
+	// engines, ranks 1..N-1 call Follow. (The host's own MPI communicator,
+	// infer_model_params.mpi_comm, is not offered here.)
+	TensorParallel int
 }
 
 // Load loads a GGUF model.
@@ -199,6 +204,13 @@ func LoadWith(path string, opts *ModelOptions) (*Model, error) {
 		}
 		if opts.VocabOnly {
 			p.vocab_only = 1
+		}
+		if opts.TensorParallel != 0 {
+			v, err := cInt32("infer_model_load", "TensorParallel", opts.TensorParallel)
+			if err != nil {
+				return nil, err
+			}
+			p.tensor_parallel = v
 		}
 	}
 	cpath, err := cString("infer_model_load", "path", path)
@@ -496,6 +508,10 @@ type EngineParams struct {
 	MaxBatchTokens int
 	NCtx           int
 	NoPrefixCache  bool
+	// TensorParallel (1.6): 0 (the model's group) or the model's TensorParallel.
+	TensorParallel int
+	// TPTimeoutMs (1.6): a tensor-parallel collective waiting longer fails (0: 60000).
+	TPTimeoutMs int
 }
 
 // Engine is a KV cache and scheduler stepped by libinfer's background thread.
@@ -505,25 +521,25 @@ type Engine struct {
 	model *Model
 }
 
-// NewEngine creates an engine on m and starts its thread (p may be nil).
-func NewEngine(m *Model, p *EngineParams) (*Engine, error) {
+// engineParams converts p (nil: defaults) for the C call op.
+func engineParams(op string, p *EngineParams) (C.infer_engine_params, error) {
 	var ep C.infer_engine_params
 	C.infer_engine_params_init(&ep)
 	if p != nil {
-		const op = "infer_engine_create"
 		for _, f := range []struct {
 			name string
 			v    int
 			dst  *C.int32_t
 		}{{"NThreads", p.NThreads, &ep.n_threads}, {"KVBlocks", p.KVBlocks, &ep.kv_blocks},
 			{"MaxSeqs", p.MaxSeqs, &ep.max_seqs}, {"MaxBatchTokens", p.MaxBatchTokens, &ep.max_batch_tokens},
-			{"NCtx", p.NCtx, &ep.n_ctx}} {
+			{"NCtx", p.NCtx, &ep.n_ctx}, {"TensorParallel", p.TensorParallel, &ep.tensor_parallel},
+			{"TPTimeoutMs", p.TPTimeoutMs, &ep.tp_timeout_ms}} {
 			if f.v == 0 {
 				continue
 			}
 			v, err := cInt32(op, f.name, f.v)
 			if err != nil {
-				return nil, err
+				return ep, err
 			}
 			*f.dst = v
 		}
@@ -533,6 +549,53 @@ func NewEngine(m *Model, p *EngineParams) (*Engine, error) {
 		if p.NoPrefixCache {
 			ep.prefix_caching = 0
 		}
+	}
+	return ep, nil
+}
+
+// TPRank is this process's rank in the model's tensor-parallel group (0 for a
+// whole model).
+func (m *Model) TPRank() (int, error) {
+	mh, err := m.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer m.release()
+	return int(C.infer_model_tp_rank(mh)), nil
+}
+
+// TPSize is the model's tensor-parallel group size (1 for a whole model).
+func (m *Model) TPSize() (int, error) {
+	mh, err := m.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer m.release()
+	return int(C.infer_model_tp_size(mh)), nil
+}
+
+// Follow runs, on ranks 1..N-1 of a tensor-parallel model, rank 0's engine
+// passes on this rank's weights until rank 0 closes its engine (it blocks).
+// p must be rank 0's engine parameters. An error on rank 0 or for a whole
+// model.
+func (m *Model) Follow(p *EngineParams) error {
+	ep, err := engineParams("infer_engine_follow", p)
+	if err != nil {
+		return err
+	}
+	mh, err := m.acquire()
+	if err != nil {
+		return err
+	}
+	defer m.release()
+	return call("infer_engine_follow", func() C.infer_status { return C.infer_engine_follow(mh, &ep) })
+}
+
+// NewEngine creates an engine on m and starts its thread (p may be nil).
+func NewEngine(m *Model, p *EngineParams) (*Engine, error) {
+	ep, err := engineParams("infer_engine_create", p)
+	if err != nil {
+		return nil, err
 	}
 	mh, err := m.acquire()
 	if err != nil {
@@ -809,6 +872,9 @@ type EngineStats struct {
 	NRunning, NWaiting, KVBlocksTotal, KVBlocksUsed    int
 	NSteps, NPromptTokens, NGeneratedTokens, NFinished uint64
 	UptimeS, GeneratedTokensPerS                       float64
+	// Since 1.6: this rank's tensor-parallel collectives (0 for a whole model).
+	TPCommCalls, TPCommBytes uint64
+	TPCommSeconds            float64
 }
 
 // Stats reads the engine's counters.
@@ -825,5 +891,6 @@ func (e *Engine) Stats() (EngineStats, error) {
 	}
 	return EngineStats{int(s.n_running), int(s.n_waiting), int(s.kv_blocks_total), int(s.kv_blocks_used),
 		uint64(s.n_steps), uint64(s.n_prompt_tokens), uint64(s.n_generated_tokens), uint64(s.n_finished),
-		float64(s.uptime_s), float64(s.generated_tokens_per_s)}, nil
+		float64(s.uptime_s), float64(s.generated_tokens_per_s),
+		uint64(s.tp_comm_calls), uint64(s.tp_comm_bytes), float64(s.tp_comm_seconds)}, nil
 }

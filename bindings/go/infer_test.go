@@ -415,3 +415,36 @@ func TestCloseWhileOtherGoroutinesUseHandles(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestTensorParallelAccessorsOnAWholeModel(t *testing.T) {
+	m, e := load(t)
+	if r, err := m.TPRank(); err != nil || r != 0 {
+		t.Fatal(r, err)
+	}
+	if n, err := m.TPSize(); err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	// A whole model has no rank 0 engine to follow.
+	if err := m.Follow(nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatal(err)
+	}
+	// tensor_parallel must be 0 or the model's group size.
+	if _, err := NewEngine(m, &EngineParams{TensorParallel: 2}); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatal(err)
+	}
+	if _, err := e.Generate(context.Background(), prompt, greedy(4)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Stats()
+	if err != nil || st.TPCommCalls != 0 || st.TPCommBytes != 0 || st.TPCommSeconds != 0 {
+		t.Fatalf("%+v %v", st, err)
+	}
+	one, err := LoadWith(modelPath(t), &ModelOptions{TensorParallel: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if n, _ := one.TPSize(); n != 1 {
+		t.Fatal(n)
+	}
+}

@@ -17,6 +17,8 @@ int main(void) {
   F(infer_model_params, backend);
   F(infer_model_params, use_mmap);
   F(infer_model_params, vocab_only);
+  F(infer_model_params, tensor_parallel);
+  F(infer_model_params, mpi_comm);
   S(infer_model_info);
   F(infer_model_info, struct_size);
   F(infer_model_info, architecture);
@@ -67,6 +69,8 @@ int main(void) {
   F(infer_engine_params, spec_max_batch);
   F(infer_engine_params, spec_skip_layers);
   F(infer_engine_params, draft_model);
+  F(infer_engine_params, tensor_parallel);
+  F(infer_engine_params, tp_timeout_ms);
   S(infer_sampling_params);
   F(infer_sampling_params, struct_size);
   F(infer_sampling_params, temperature);
@@ -154,6 +158,9 @@ int main(void) {
   F(infer_engine_stats, mean_accepted_length);
   F(infer_engine_stats, draft_tokens_at);
   F(infer_engine_stats, accepted_tokens_at);
+  F(infer_engine_stats, tp_comm_calls);
+  F(infer_engine_stats, tp_comm_bytes);
+  F(infer_engine_stats, tp_comm_seconds);
   S(infer_chat_message);
   F(infer_chat_message, role);
   F(infer_chat_message, content);
@@ -232,6 +239,10 @@ int main(void) {
   F(infer_bench_result, decode_ms);
   F(infer_bench_result, prefill_tokens_per_s);
   F(infer_bench_result, decode_tokens_per_s);
+  F(infer_bench_result, decode_steps);
+  F(infer_bench_result, prefill_comm_ms);
+  F(infer_bench_result, decode_comm_ms);
+  F(infer_bench_result, decode_comm_bytes);
   E(infer_status);
   E(infer_log_level);
   E(infer_backend);

@@ -302,11 +302,13 @@ inline void load_model_checked(const std::string& path, const infer_model_params
 
 struct Model {
   infer_model* m = nullptr;
-  Model(const std::string& path, infer_backend backend, bool vocab_only = false) {
+  // tp > 1: this process's share of a tensor-parallel model (--tp).
+  Model(const std::string& path, infer_backend backend, bool vocab_only = false, int32_t tp = 0) {
     infer_model_params p;
     infer_model_params_init(&p);
     p.backend = backend;
     p.vocab_only = vocab_only ? 1 : 0;
+    p.tensor_parallel = tp;
     load_model_checked(path, &p, &m, "loading " + path);
   }
   ~Model() { infer_model_free(m); }
@@ -365,6 +367,72 @@ inline const FlagTable kSpecFlags = {
     {"--spec-k", "K", "4", "most draft tokens per sequence and step, in [1, 32]"},
     {"--spec-max-batch", "N", "4", "no drafting while more than N sequences decode (0: always draft)"},
 };
+
+// Tensor parallelism: run, chat, bench, serve. Launched as
+// `mpirun -np N infer CMD ... --tp N`: every rank loads its 1/N of the
+// weights; rank 0 does what the command does without --tp, ranks 1..N-1
+// follow its engine and print nothing (tp_follow).
+inline const FlagTable kTpFlags = {
+    {"--tp", "N", "1 (the whole model)",
+     "tensor parallelism: this process is one of the N ranks of an MPI job (mpirun -np N ... --tp N), each holding "
+     "1/N of the weights; rank 0 prints (or serves), the others follow; -t is per rank"},
+    {"--tp-timeout", "MS", "60000",
+     "tensor parallelism: a rank that waits longer than this for the others (one died or hung) fails and ends the job"},
+};
+
+// This process in a --tp job (on: --tp N > 1 was given; rank -1: not known
+// yet). Errors on ranks 1..N-1 print as "infer: rank R: ..." (main.cpp),
+// and any rank's error ends the process at once: a rank that went on to
+// MPI's finalization at exit would wait there for ranks still in a pass.
+struct TpState {
+  bool on = false;
+  int rank = -1;
+};
+inline TpState& tp_state() {
+  static TpState s;
+  return s;
+}
+
+// The rank an MPI launcher gave this process (Open MPI, MPICH/Hydra, PMIx,
+// Slurm's srun), or -1: known before the model loads, which serve needs to
+// decide whether to listen.
+inline int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* s = std::getenv(v); s && *s) {
+      char* end = nullptr;
+      const long r = std::strtol(s, &end, 10);
+      if (!*end && r >= 0 && r < (1 << 20)) return static_cast<int>(r);
+    }
+  return -1;
+}
+
+// --tp and --tp-timeout into the engine parameters (every rank builds them
+// the same way: the ranks compare them at start-up). Returns N (1: whole).
+inline int32_t apply_tp_flags(const Args& a, infer_engine_params& ep) {
+  const int32_t n = static_cast<int32_t>(a.get_int("--tp", 1, 1, 4096));
+  ep.tensor_parallel = n > 1 ? n : 0;
+  ep.tp_timeout_ms = static_cast<int32_t>(a.get_int("--tp-timeout", 0, 0, INT32_MAX));
+  if (n > 1) tp_state() = {true, launcher_rank()};
+  return n;
+}
+
+// An error on rank R > 0 of a --tp job (main prints "infer: rank R: MSG").
+struct RankError {
+  int rank;
+  std::string msg;
+};
+
+// After the model loaded: on ranks 1..N-1 runs rank 0's engine passes until
+// rank 0 frees its engine, and returns true (the command then ends, having
+// printed nothing); on rank 0 and for a whole model returns false.
+inline bool tp_follow(const infer_model* m, const infer_engine_params& ep) {
+  const int32_t rank = infer_model_tp_rank(m);
+  if (infer_model_tp_size(m) > 1) tp_state().rank = rank;
+  if (rank <= 0) return false;
+  const infer_status st = infer_engine_follow(m, &ep);
+  if (st != INFER_OK) throw RankError{rank, std::string(infer_status_string(st)) + ": " + infer_last_error()};
+  return true;
+}
 
 // Sampling: run, chat, serve (serve's are request defaults).
 inline const FlagTable kSamplingFlags = {

@@ -43,7 +43,7 @@ const FlagTable kChatFlags = kModelFlags + FlagTable{
     {"--chat-template-file", "FILE", nullptr, "a Jinja chat template to use instead of the model's (as serve's)"},
     {"--system", "TEXT", nullptr, "system prompt"},
     {"-n, --n-predict", "N", "256", "most tokens per reply"},
-} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
+} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + kTpFlags + FlagTable{
     {"--show-prompt", nullptr, nullptr, "print each rendered prompt to stderr"},
     {"--stats", nullptr, nullptr, "print each turn's token counts and speed to stderr"},
     {"--quiet", nullptr, nullptr, "do not print the replies"},
@@ -86,8 +86,10 @@ int cmd_chat(int argc, char** argv) {
   std::string spec_layers;
   DraftModel draft;
   apply_spec_flags(a, ep, spec_layers);
-  load_draft(a, ep, draft);
-  Model model(model_path(a), backend_flag(a));
+  const int32_t tp = apply_tp_flags(a, ep);
+  Model model(model_path(a), backend_flag(a), false, tp);
+  if (tp_follow(model.m, ep)) return 0;  // ranks 1..N-1 of --tp
+  load_draft(a, ep, draft);              // rank 0 alone runs a draft model
 
   // The template: a Jinja file, else given by name, else the model's own,
   // else chatml (with a notice).

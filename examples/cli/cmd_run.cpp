@@ -17,7 +17,7 @@ const FlagTable kRunFlags = kModelFlags + FlagTable{
     {"--special", nullptr, nullptr, "parse special-token text such as <s> in the prompt"},
     {"--grammar", "FILE", nullptr, "constrain the output to a GBNF grammar (start rule root)"},
     {"--json-schema", "FILE", nullptr, "constrain the output to JSON that validates against this JSON schema"},
-} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
+} + kSamplingFlags + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + kTpFlags + FlagTable{
     {"--dump-logits", "OUT.f32", nullptr, "write every position's logits row (float32 x n_vocab) to OUT.f32"},
     {"--json", nullptr, nullptr, "print one JSON object (text and statistics) on stdout instead of streaming"},
     {"--quiet", nullptr, nullptr, "print only the generated text (no prompt echo, no statistics)"},
@@ -52,6 +52,7 @@ int cmd_run(int argc, char** argv) {
   std::string spec_layers;
   DraftModel draft;
   apply_spec_flags(a, ep, spec_layers);
+  const int32_t tp = apply_tp_flags(a, ep);
   const bool json = a.flag("--json"), quiet = a.flag("--quiet");
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
@@ -78,8 +79,9 @@ int cmd_run(int argc, char** argv) {
     if (st != INFER_OK && st != INFER_ERR_BUFFER_TOO_SMALL) throw UsageError{std::string("--json-schema: ") + infer_last_error()};
   }
 
-  load_draft(a, ep, draft);
-  Model model(model_path(a), backend_flag(a));
+  Model model(model_path(a), backend_flag(a), false, tp);
+  if (tp_follow(model.m, ep)) return 0;  // ranks 1..N-1 of --tp
+  load_draft(a, ep, draft);              // rank 0 alone runs a draft model
   Engine engine(model.m, ep);
   infer_model_info info;
   infer_model_info_init(&info);

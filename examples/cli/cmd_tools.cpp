@@ -81,8 +81,8 @@ const FlagTable kBenchFlags = kModelFlags + FlagTable{
     {"-t, --threads", "N", "2", "compute threads (0: all cores)"},
     {"-r, --reps", "N", "3", "repetitions (the best counts)"},
     {"--batch", "B1,B2,...", "1", "sequences decoded together; one measurement per size"},
-} + kKvFlags + kSpecFlags + FlagTable{
-    {"--json", nullptr, nullptr, "one JSON object per batch size on stdout"},
+} + kKvFlags + kSpecFlags + kTpFlags + FlagTable{
+    {"--json", nullptr, nullptr, "one JSON object per batch size on stdout (with --tp: also the communication time)"},
 };
 
 int cmd_bench(int argc, char** argv) {
@@ -112,7 +112,10 @@ int cmd_bench(int argc, char** argv) {
   base.n_gen = static_cast<int32_t>(a.get_int("-n", 32, 0, 1 << 20));
   base.n_threads = static_cast<int32_t>(a.get_int("--threads", 2, 0, 1024));
   base.repetitions = static_cast<int32_t>(a.get_int("--reps", 3, 1, 1000));
-  Model model(model_path(a), backend_flag(a));
+  const int32_t tp = apply_tp_flags(a, ep);
+  Model model(model_path(a), backend_flag(a), false, tp);
+  const int32_t rank = infer_model_tp_rank(model.m);
+  if (infer_model_tp_size(model.m) > 1) tp_state().rank = rank;
   for (int32_t batch : batches) {
     infer_bench_params bp = base;
     bp.batch = batch;
@@ -120,8 +123,27 @@ int cmd_bench(int argc, char** argv) {
     infer_bench_result r;
     std::memset(&r, 0, sizeof r);
     r.struct_size = sizeof r;
-    check(infer_bench(model.m, &bp, &r), "benchmarking");
-    if (a.flag("--json"))
+    // Ranks 1..N-1 of --tp follow rank 0's bench (the same calls) and print nothing.
+    const infer_status st = infer_bench(model.m, &bp, &r);
+    if (rank > 0) {
+      if (st != INFER_OK) throw RankError{rank, std::string(infer_status_string(st)) + ": " + infer_last_error()};
+      continue;
+    }
+    check(st, "benchmarking");
+    // Tensor parallelism: time in collectives per decode step and per generated token.
+    const double decode_tokens = static_cast<double>(r.batch) * (r.n_gen > 1 ? r.n_gen - 1 : 0);
+    const double comm_step_ms = r.decode_steps > 0 ? r.decode_comm_ms / r.decode_steps : 0;
+    const double comm_token_ms = decode_tokens > 0 ? r.decode_comm_ms / decode_tokens : 0;
+    if (a.flag("--json") && tp > 1)
+      std::printf("{\"batch\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"threads\": %d, \"kv_type\": \"%s\", "
+                  "\"prefill_tokens_per_s\": %s, \"decode_tokens_per_s\": %s, \"prefill_ms\": %s, \"decode_ms\": %s, "
+                  "\"tp\": %d, \"decode_steps\": %lld, \"prefill_comm_ms\": %s, \"decode_comm_ms\": %s, "
+                  "\"comm_ms_per_step\": %s, \"comm_ms_per_token\": %s, \"decode_comm_bytes\": %llu}\n",
+                  r.batch, r.n_prompt, r.n_gen, r.n_threads, kv_type_name(ep.kv_type), num(r.prefill_tokens_per_s).c_str(),
+                  num(r.decode_tokens_per_s).c_str(), num(r.prefill_ms).c_str(), num(r.decode_ms).c_str(), tp,
+                  static_cast<long long>(r.decode_steps), num(r.prefill_comm_ms).c_str(), num(r.decode_comm_ms).c_str(),
+                  num(comm_step_ms).c_str(), num(comm_token_ms).c_str(), static_cast<unsigned long long>(r.decode_comm_bytes));
+    else if (a.flag("--json"))
       std::printf("{\"batch\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"threads\": %d, \"kv_type\": \"%s\", "
                   "\"prefill_tokens_per_s\": %s, \"decode_tokens_per_s\": %s, \"prefill_ms\": %s, \"decode_ms\": %s}\n",
                   r.batch, r.n_prompt, r.n_gen, r.n_threads, kv_type_name(ep.kv_type), num(r.prefill_tokens_per_s).c_str(),
@@ -131,6 +153,11 @@ int cmd_bench(int argc, char** argv) {
                   "(%.2f ms)\n",
                   r.batch, r.n_threads, r.n_prompt, r.prefill_tokens_per_s, r.prefill_ms, r.n_gen,
                   r.decode_tokens_per_s, r.decode_ms);
+    if (tp > 1 && !a.flag("--json"))
+      std::printf("  tp %d: communication %.3f ms per decode step, %.3f ms per generated token (%.1f%% of decode); "
+                  "prefill %.2f ms (%.1f%%)\n",
+                  tp, comm_step_ms, comm_token_ms, r.decode_ms > 0 ? 100 * r.decode_comm_ms / r.decode_ms : 0.0,
+                  r.prefill_comm_ms, r.prefill_ms > 0 ? 100 * r.prefill_comm_ms / r.prefill_ms : 0.0);
   }
   return 0;
 }

@@ -133,19 +133,37 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  std::string error;
+  int code = 1;
   try {
     return c->run(argc, argv);
   } catch (const cli::HelpRequested&) {
     cli::print_command_help(*c, stdout);
     return 0;
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "infer %s: %s\n(see infer %s --help)\n", cmd.c_str(), e.msg.c_str(), cmd.c_str());
-    return 2;
+    error = e.msg + "\n(see infer " + cmd + " --help)";
+    code = 2;
   } catch (const cli::ApiError& e) {
-    std::fprintf(stderr, "infer %s: %s\n", cmd.c_str(), e.msg.c_str());
-    return 1;
+    error = e.msg;
+  } catch (const cli::RankError& e) {
+    cli::tp_state().rank = e.rank;
+    error = e.msg;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "infer %s: %s\n", cmd.c_str(), e.what());
-    return 1;
+    error = e.what();
   }
+  const cli::TpState tp = cli::tp_state();
+  if (tp.on && tp.rank > 0) {
+    std::fprintf(stderr, "infer: rank %d: %s\n", tp.rank, error.c_str());
+    code = 1;
+  } else {
+    std::fprintf(stderr, "infer %s: %s\n", cmd.c_str(), error.c_str());
+  }
+  if (tp.on) {
+    // A --tp job: end now, without the exit handlers (MPI's finalization
+    // would wait for the other ranks); the launcher then ends the job.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    ::_exit(code);
+  }
+  return code;
 }

@@ -39,7 +39,7 @@ const FlagTable kServeFlags = kModelFlags + FlagTable{
     {"--chat-template-file", "FILE", "none", "a Jinja chat template to use instead of the model's (tools and tool calls need a Jinja template)"},
     {"--max-seqs, --parallel, -np", "N", "16", "sequences decoded together (and the most n per request)"},
     {"--max-batch-tokens", "N", "512", "tokens per forward step"},
-} + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + FlagTable{
+} + kCtxFlags + kThreadFlags + kKvFlags + kSpecFlags + kTpFlags + FlagTable{
     {"--max-body-mb", "N", "8", "largest request body, MiB (larger: 413)"},
     {"--max-connections", "N", "64", "requests run at once (worker threads; more wait in a queue of --max-queue, then 503)"},
     {"--max-open-connections", "N", "1024", "open client connections (more are closed at once)"},
@@ -197,6 +197,7 @@ int cmd_serve(int argc, char** argv) {
   std::string spec_layers;  // kept alive until the engine is created
   DraftModel draft;         // --draft: loaded with the model, freed after the engine
   apply_spec_flags(a, ep, spec_layers);
+  const int32_t tp = apply_tp_flags(a, ep);
   const size_t max_body = static_cast<size_t>(a.get_int("--max-body-mb", 8, 1, 4096)) << 20;
   const int max_conn = static_cast<int>(a.get_int("--max-connections", 64, 1, 65536));
   srv->max_queue = static_cast<int>(a.get_int("--max-queue", 256, 1, 1 << 20));
@@ -256,6 +257,17 @@ int cmd_serve(int argc, char** argv) {
   sigset_t sigs = shutdown_signals();
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+
+  // --tp: ranks 1..N-1 (known from the launcher) neither listen nor print:
+  // they follow rank 0's engine until it stops (rank 0 alone handles
+  // SIGINT/SIGTERM, blocked here too).
+  if (tp > 1 && tp_state().rank > 0) {
+    Model model(path, backend, false, tp);
+    if (!tp_follow(model.m, ep))
+      throw ApiError{"the launcher gave this process rank " + std::to_string(tp_state().rank) +
+                     " but it is rank 0 of the model's group"};
+    return 0;
+  }
 
   http::Options ho;
   ho.workers = max_conn;
@@ -359,7 +371,11 @@ int cmd_serve(int argc, char** argv) {
   infer_model_params mp;
   infer_model_params_init(&mp);
   mp.backend = backend;
+  mp.tensor_parallel = tp;
   check(infer_model_load(path.c_str(), &mp, &s.model), ("loading " + path).c_str());
+  // --tp under a launcher whose rank variable is not known: rank 1..N-1 is
+  // only known now (it listened for nothing).
+  if (tp_follow(s.model, ep)) return 0;
   load_draft(a, ep, draft);
   check(infer_engine_create(s.model, &ep, &s.engine), "creating the engine");
   infer_model_info info;

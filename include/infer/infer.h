@@ -1019,10 +1019,19 @@ typedef struct infer_bench_result {
   double decode_ms;            /* all decode steps after the first token */
   double prefill_tokens_per_s; /* batch * n_prompt / prefill_ms */
   double decode_tokens_per_s;  /* batch * (n_gen - 1) / decode_ms: aggregate */
+  /* Since 1.6: the engine steps of the best decode run, and the time this rank spent in
+   * tensor-parallel collectives (infer_engine_stats.tp_comm_seconds) in the best prefill and
+   * the best decode run; 0 for a whole model */
+  int64_t decode_steps;
+  double prefill_comm_ms;
+  double decode_comm_ms;
+  uint64_t decode_comm_bytes;
 } infer_bench_result;
 
 /* Times the prefill of `batch` prompts of n_prompt pseudo-random tokens, then
- * n_gen greedy decode steps of all of them together (best of `repetitions`). */
+ * n_gen greedy decode steps of all of them together (best of `repetitions`).
+ * Since 1.6, on ranks 1..N-1 of a tensor-parallel model: follows rank 0's bench
+ * (called with the same parameters; infer_engine_follow) and returns no figures. */
 INFER_API infer_status infer_bench(const infer_model *model, const infer_bench_params *params,
                                    infer_bench_result *result);
 

@@ -25,6 +25,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/sysmem.h"
+#include "dist/comm.h"
+#include "dist/tp.h"
 #include "engine/backends.h"
 #include "engine/embed.h"
 #include "engine/engine.h"
@@ -126,6 +128,44 @@ using infer::api::read_params;
 using infer::api::size_ok;
 using infer::api::write_out;
 
+// The communicator of a model loaded with tensor_parallel N > 1: the host's
+// MPI communicator or MPI_COMM_WORLD, which must have N ranks. Throws
+// infer::Error: Unsupported on the CUDA backend or in a build without MPI,
+// InvalidArgument for a group of another size.
+std::shared_ptr<infer::Communicator> tp_comm(int32_t n, void* host_comm, infer::BackendKind kind) {
+  if (kind == infer::BackendKind::Cuda)
+    infer::raise(infer::Status::Unsupported,
+                 "tensor_parallel is %d but the backend is CUDA: tensor parallelism runs on the CPU backend only "
+                 "(backend cpu)", static_cast<int>(n));
+  // Without a launcher, MPI would start this process as a group of its own
+  // (size 1): say what to do instead of starting MPI for nothing.
+  if (!host_comm && infer::mpi_built() && !infer::launched_by_mpi())
+    infer::raise(infer::Status::InvalidArgument,
+                 "tensor_parallel is %d but this process was not started by an MPI launcher: launch with mpirun -np %d "
+                 "(or srun -n %d)", static_cast<int>(n), static_cast<int>(n), static_cast<int>(n));
+  std::shared_ptr<infer::Communicator> comm = infer::make_mpi_comm(host_comm);  // Unsupported without MPI
+  if (comm->size() != n)
+    infer::raise(infer::Status::InvalidArgument,
+                 "tensor_parallel is %d but the MPI job has %d rank(s): launch with mpirun -np %d",
+                 static_cast<int>(n), comm->size(), static_cast<int>(n));
+  return comm;
+}
+
+// A model's tensor-parallel group size and rank (1 and 0 for a whole model).
+int32_t tp_size_of(const infer::Model& m) { return m.tp() ? m.tp()->size() : 1; }
+int32_t tp_rank_of(const infer::Model& m) { return m.tp() ? m.tp()->rank() : 0; }
+
+// The engine parameters' tensor_parallel against the model's group.
+void check_tp_params(const infer::Model& m, const infer::EngineParams& ep, const char* fn) {
+  const int32_t n = tp_size_of(m);
+  if (ep.tensor_parallel != 0 && ep.tensor_parallel != n)
+    infer::raise(infer::Status::InvalidArgument,
+                 "%s: tensor_parallel is %d but the model was loaded %s (give 0 or %d)", fn,
+                 static_cast<int>(ep.tensor_parallel),
+                 n > 1 ? infer::strformat("with tensor_parallel %d", static_cast<int>(n)).c_str() : "whole",
+                 static_cast<int>(n));
+}
+
 }  // namespace
 
 // For the C API's other translation units (c_api_chat.cpp): the same error
@@ -200,10 +240,18 @@ infer_status infer_model_load(const char* path, const infer_model_params* params
     if (backend != INFER_BACKEND_AUTO && backend != INFER_BACKEND_CPU && backend != INFER_BACKEND_CUDA)
       return fail(INFER_ERR_INVALID_ARGUMENT, infer::strformat("unknown backend %lld", static_cast<long long>(backend)));
     // Before reading the file: a backend that cannot run here fails at once.
-    const infer::BackendKind kind = infer::resolve_backend(static_cast<infer::BackendKind>(backend));
+    // Tensor parallelism runs on the CPU backend: AUTO picks it then.
+    const bool tp_auto_cpu = p.tensor_parallel > 1 && backend == INFER_BACKEND_AUTO;
+    const infer::BackendKind kind =
+        infer::resolve_backend(tp_auto_cpu ? infer::BackendKind::Cpu : static_cast<infer::BackendKind>(backend));
     infer::LoadOptions opts;
     opts.use_mmap = p.use_mmap != 0;
     opts.vocab_only = p.vocab_only != 0;
+    // Since 1.6 (an older caller's shorter struct leaves 0 and NULL: whole).
+    if (p.tensor_parallel < 0)
+      return fail(INFER_ERR_INVALID_ARGUMENT,
+                  infer::strformat("tensor_parallel must be >= 0 (got %d)", static_cast<int>(p.tensor_parallel)));
+    if (p.tensor_parallel > 1) opts.comm = tp_comm(p.tensor_parallel, p.mpi_comm, kind);
     auto m = std::make_unique<infer_model>();
     m->model = infer::Model::load(path, opts);
     // Weights are repacked for the backend now, not by the first request.
@@ -384,6 +432,13 @@ infer::EngineParams to_engine_params(const infer_engine_params* params) {
   ep.spec_max_batch = p.spec_max_batch;
   if (p.spec_skip_layers) ep.spec_skip_layers = p.spec_skip_layers;
   if (p.draft_model) ep.draft_model = p.draft_model->model.get();
+  // Since 1.6 (0 in an older caller's shorter struct: the model's group, 60 s).
+  if (p.tensor_parallel < 0)
+    infer::raise(infer::Status::InvalidArgument, "tensor_parallel must be >= 0 (got %d)", p.tensor_parallel);
+  if (p.tp_timeout_ms < 0)
+    infer::raise(infer::Status::InvalidArgument, "tp_timeout_ms must be >= 0 (got %d; 0: 60000)", p.tp_timeout_ms);
+  ep.tensor_parallel = p.tensor_parallel;
+  ep.tp_timeout_ms = p.tp_timeout_ms;
   return ep;
 }
 
@@ -417,6 +472,11 @@ infer_status infer_engine_create(const infer_model* model, const infer_engine_pa
   INFER_CHECK_ARG(!params || size_ok(params), "infer_engine_create: params->struct_size is wrong");
   return guarded([&] {
     const infer::EngineParams ep = infer::api::to_engine_params(params);
+    check_tp_params(*model->model, ep, "infer_engine_create");
+    if (tp_rank_of(*model->model) != 0)
+      return fail(INFER_ERR_INVALID_ARGUMENT,
+                  infer::strformat("infer_engine_create: rank %d of a tensor-parallel model follows rank 0's engine: "
+                                   "call infer_engine_follow", static_cast<int>(tp_rank_of(*model->model))));
     // The KV pool must fit what the process can still commit, asked before
     // allocating it and checked again on the pool the engine made.
     const uint64_t avail = infer::available_memory_bytes();
@@ -426,6 +486,31 @@ infer_status infer_engine_create(const infer_model* model, const infer_engine_pa
     e->engine = std::make_unique<infer::Engine>(*model->model, ep);
     infer::check_kv_pool(*e->engine, avail);
     *out = e.release();
+    return INFER_OK;
+  });
+}
+
+int32_t infer_model_tp_rank(const infer_model* model) { return model ? tp_rank_of(*model->model) : -1; }
+int32_t infer_model_tp_size(const infer_model* model) { return model ? tp_size_of(*model->model) : -1; }
+
+infer_status infer_engine_follow(const infer_model* model, const infer_engine_params* params) {
+  INFER_CHECK_ARG(model, "infer_engine_follow: model must not be NULL");
+  INFER_CHECK_ARG(!params || size_ok(params), "infer_engine_follow: params->struct_size is wrong");
+  return guarded([&] {
+    const infer::Model& m = *model->model;
+    if (tp_size_of(m) <= 1)
+      return fail(INFER_ERR_INVALID_ARGUMENT,
+                  "infer_engine_follow: the model is whole (loaded without tensor_parallel > 1): create an engine "
+                  "with infer_engine_create");
+    if (tp_rank_of(m) == 0)
+      return fail(INFER_ERR_INVALID_ARGUMENT,
+                  "infer_engine_follow: this is rank 0 of the tensor-parallel group, which runs the engine: call "
+                  "infer_engine_create");
+    const infer::EngineParams ep = infer::api::to_engine_params(params);
+    check_tp_params(m, ep, "infer_engine_follow");
+    // This rank's share of the KV pool must fit here too (nodes differ).
+    infer::check_kv_request(m, ep, infer::available_memory_bytes());
+    infer::follow_engine(m, ep);
     return INFER_OK;
   });
 }
@@ -881,6 +966,9 @@ infer_status infer_engine_get_stats(const infer_engine* engine, infer_engine_sta
       o.draft_tokens_at[i] = s.spec.drafted_at[i];
       o.accepted_tokens_at[i] = s.spec.accepted_at[i];
     }
+    o.tp_comm_calls = s.tp_comm_calls;
+    o.tp_comm_bytes = s.tp_comm_bytes;
+    o.tp_comm_seconds = s.tp_comm_seconds;
     return write_out(stats, o);
   });
 }

@@ -133,6 +133,12 @@ void to_rank(const char* fn, infer::EmbedOptions& o) {
 
 infer_status sync_result(const infer::Model& model, std::vector<infer::EmbedInput> inputs,
                          const infer::EmbedOptions& o, int32_t n_threads, infer_embeddings** out) {
+  // The synchronous calls run the model on the calling thread, outside the
+  // engine whose passes the other ranks follow.
+  if (model.tp() && model.tp()->size() > 1)
+    infer::raise(infer::Status::InvalidArgument,
+                 "a tensor-parallel model embeds through its engine on rank 0 (infer_embed_submit, infer_rerank_submit), "
+                 "not with the synchronous calls");
   auto h = std::make_unique<infer_embeddings>();
   h->result = infer::embed(model, std::move(inputs), o, n_threads);
   h->pooling = h->result.pooling;

@@ -240,6 +240,10 @@ infer_status infer_bench(const infer_model* model, const infer_bench_params* par
     o.decode_ms = r.decode_ms;
     o.prefill_tokens_per_s = r.prefill_tokens_per_s;
     o.decode_tokens_per_s = r.decode_tokens_per_s;
+    o.decode_steps = r.decode_steps;
+    o.prefill_comm_ms = r.prefill_comm_ms;
+    o.decode_comm_ms = r.decode_comm_ms;
+    o.decode_comm_bytes = r.decode_comm_bytes;
     return write_out(result, o);
   });
 }

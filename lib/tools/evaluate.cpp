@@ -117,6 +117,16 @@ BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t b
   ep.max_batch_tokens = std::max(ep.max_batch_tokens,
                                  static_cast<int32_t>(std::min<int64_t>(static_cast<int64_t>(n_prompt) * batch, 4096)));
   ep.prefix_caching = false;  // every repetition must compute its prompts
+  if (model.tp() && !model.tp()->leader()) {
+    // The same engine parameters as rank 0's (they are compared at start).
+    follow_engine(model, ep);
+    BenchResult none;
+    none.n_prompt = n_prompt;
+    none.n_gen = n_gen;
+    none.n_threads = ep.n_threads;
+    none.batch = batch;
+    return none;
+  }
   Engine engine(model, ep);
   // A sequence that cannot fit the KV pool would only fail after its prompt
   // (n_prompt tokens per sequence) was built: check first.
@@ -143,8 +153,20 @@ BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t b
       rp.sampling.temperature = 0;
       rs.push_back(engine.submit(std::move(rp)));
     }
+    const EngineStats s0 = engine.stats();
     const auto start = Clock::now();
+    // Prefill: until every sequence has its first token (the engine's
+    // figures are split there), then the decode steps.
+    auto prefilled = [&] {
+      for (auto& r : rs)
+        if (!r->finished() && r->n_generated() < 1) return false;
+      return true;
+    };
+    while (!prefilled() && engine.step() > 0) {
+    }
+    const EngineStats s1 = engine.stats();
     engine.run();
+    const EngineStats s2 = engine.stats();
     Clock::time_point first_all = start, last_all = start;
     for (auto& r : rs) {
       if (r->finish_reason() == FinishReason::Error) raise(r->status(), "%s", r->error().c_str());
@@ -153,8 +175,16 @@ BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t b
     }
     const double pf = std::chrono::duration<double, std::milli>(first_all - start).count();
     const double dc = std::chrono::duration<double, std::milli>(last_all - first_all).count();
-    best.prefill_ms = std::min(best.prefill_ms, pf);
-    if (n_gen > 1) best.decode_ms = std::min(best.decode_ms, dc);
+    if (pf < best.prefill_ms) {
+      best.prefill_ms = pf;
+      best.prefill_comm_ms = (s1.tp_comm_seconds - s0.tp_comm_seconds) * 1000.0;
+    }
+    if (n_gen > 1 && dc < best.decode_ms) {
+      best.decode_ms = dc;
+      best.decode_steps = static_cast<int64_t>(s2.n_steps - s1.n_steps);
+      best.decode_comm_ms = (s2.tp_comm_seconds - s1.tp_comm_seconds) * 1000.0;
+      best.decode_comm_bytes = s2.tp_comm_bytes - s1.tp_comm_bytes;
+    }
   }
   best.prefill_tokens_per_s = static_cast<double>(batch) * n_prompt / (best.prefill_ms / 1000.0);
   if (n_gen > 1) {

@@ -33,12 +33,20 @@ struct BenchResult {
   int32_t n_prompt = 0, n_gen = 0, n_threads = 0, batch = 1;
   double prefill_ms = 0, decode_ms = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;  // aggregate over the batch
+  // The engine steps of the best decode run, and the time this rank spent
+  // in tensor-parallel collectives during the best prefill and the best
+  // decode run (0 for a whole model; EngineStats::tp_comm_*).
+  int64_t decode_steps = 0;
+  double prefill_comm_ms = 0, decode_comm_ms = 0;
+  uint64_t decode_comm_bytes = 0;
 };
 
 // Prefill of `batch` prompts of n_prompt pseudo-random tokens, then n_gen
 // greedy decode steps of all of them together; the best of `repetitions`
 // runs of each phase. The engine is built from `engine` (its max_seqs and
-// context are raised to fit the batch).
+// context are raised to fit the batch). On ranks 1..N-1 of a tensor-parallel
+// model it follows rank 0's bench (called with the same arguments) and
+// returns no figures.
 BenchResult bench(const Model& model, int32_t n_prompt, int32_t n_gen, int32_t batch, int32_t repetitions,
                   EngineParams engine);
 

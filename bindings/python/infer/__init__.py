@@ -265,7 +265,12 @@ class Model:
     """
 
     def __init__(self, path: PathLike, *, backend: Backend = Backend.AUTO, use_mmap: bool = True,
-                 vocab_only: bool = False, engine_params: Optional[Dict[str, Any]] = None) -> None:
+                 vocab_only: bool = False, engine_params: Optional[Dict[str, Any]] = None,
+                 tensor_parallel: int = 0) -> None:
+        """tensor_parallel N > 1 (libinfer >= 1.6): this process is one of the
+        N ranks of an MPI job (mpirun -np N python ...) and loads 1/N of the
+        weights; rank 0 creates engines, ranks 1..N-1 call follow(). The
+        host's own MPI communicator is not offered here (MPI_COMM_WORLD)."""
         L = _get_lib()
         self._lib = L
         self._raw: Optional[int] = None  # freed once closed and no engine uses it
@@ -281,6 +286,11 @@ class Model:
         _cv.set_field(p, "backend", backend)
         p.use_mmap = 1 if use_mmap else 0
         p.vocab_only = 1 if vocab_only else 0
+        if tensor_parallel:
+            if version_number() < 10600:
+                raise InferUnsupported(Status.ERR_UNSUPPORTED,
+                                       f"libinfer {version()} has no tensor parallelism (1.6 or later needed)")
+            _cv.set_field(p, "tensor_parallel", tensor_parallel)
         h = c_void_p()
         _check(L.infer_model_load(_cv.to_cstr(os.fsencode(os.fspath(path)), "path"), byref(p),
                                   byref(h)), "infer_model_load")
@@ -362,6 +372,38 @@ class Model:
     @property
     def n_vocab(self) -> int:
         return self.info.n_vocab
+
+    # tensor parallelism (libinfer >= 1.6; an older library's models are whole)
+    @property
+    def tp_rank(self) -> int:
+        """This process's rank in the model's tensor-parallel group (0 for a whole model)."""
+        if not hasattr(self._lib, "infer_model_tp_rank"):
+            return 0
+        return int(self._c("infer_model_tp_rank"))
+
+    @property
+    def tp_size(self) -> int:
+        """The model's tensor-parallel group size (1 for a whole model)."""
+        if not hasattr(self._lib, "infer_model_tp_size"):
+            return 1
+        return int(self._c("infer_model_tp_size"))
+
+    def follow(self, **params: Any) -> None:
+        """On ranks 1..N-1 of a tensor-parallel model: runs rank 0's engine
+        passes on this rank's weights until rank 0 closes its engine (blocks).
+        params: the same engine parameters as rank 0's Engine (checked).
+        InferInvalidArgument on rank 0 or for a whole model."""
+        if not hasattr(self._lib, "infer_engine_follow"):
+            raise InferUnsupported(Status.ERR_UNSUPPORTED,
+                                   f"libinfer {version()} has no tensor parallelism (1.6 or later needed)")
+        bad = set(params) - _ENGINE_KEYS
+        if bad:
+            raise TypeError(f"unknown engine parameter(s): {', '.join(sorted(bad))}")
+        p = _c.EngineParams()
+        self._lib.infer_engine_params_init(byref(p))
+        for k, v in params.items():
+            _cv.set_field(p, k, v)
+        _check(self._c("infer_engine_follow", byref(p)), "infer_engine_follow")
 
     def meta(self, key: str) -> Optional[str]:
         """A metadata value as text, or None when the key is absent."""

@@ -26,7 +26,8 @@ c_enum = c_int32  # infer.h pins every enum to 32 bits
 
 class ModelParams(Structure):
     _fields_ = [("struct_size", c_uint32), ("backend", c_enum), ("use_mmap", c_int32),
-                ("vocab_only", c_int32)]
+                ("vocab_only", c_int32),
+                ("tensor_parallel", c_int32), ("mpi_comm", c_void_p)]  # 1.6
 
 
 class ModelInfoC(Structure):
@@ -53,7 +54,8 @@ class EngineParams(Structure):
                 ("step_row_multiple", c_int32),
                 ("spec", c_enum), ("spec_k", c_int32), ("spec_ngram_max", c_int32),  # 1.1
                 ("spec_ngram_min", c_int32), ("spec_max_batch", c_int32), ("spec_skip_layers", c_char_p),
-                ("draft_model", c_void_p)]
+                ("draft_model", c_void_p),
+                ("tensor_parallel", c_int32), ("tp_timeout_ms", c_int32)]  # 1.6
 
 
 class SamplingParams(Structure):
@@ -107,7 +109,9 @@ class EngineStatsC(Structure):
                 ("generated_tokens_per_s", c_double),
                 ("draft_tokens", c_uint64), ("accepted_tokens", c_uint64),  # 1.1
                 ("acceptance_rate", c_double), ("mean_accepted_length", c_double),
-                ("draft_tokens_at", c_uint64 * 16), ("accepted_tokens_at", c_uint64 * 16)]
+                ("draft_tokens_at", c_uint64 * 16), ("accepted_tokens_at", c_uint64 * 16),
+                ("tp_comm_calls", c_uint64), ("tp_comm_bytes", c_uint64),  # 1.6
+                ("tp_comm_seconds", c_double)]
 
 
 class ChatMessageC(Structure):
@@ -204,6 +208,10 @@ _OPTIONAL_PROTOTYPES = {
     "infer_embeddings_rows": (c_int64, [_H]),
     "infer_embeddings_copy": (_S, [_H, POINTER(c_float), c_size_t, POINTER(c_size_t)]),
     "infer_embeddings_free": (None, [_H]),
+    # Since 1.6 (tensor parallelism)
+    "infer_model_tp_rank": (c_int32, [_H]),
+    "infer_model_tp_size": (c_int32, [_H]),
+    "infer_engine_follow": (_S, [_H, POINTER(EngineParams)]),
 }
 
 

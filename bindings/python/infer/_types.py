@@ -96,3 +96,7 @@ class EngineStats:
     n_finished: int
     uptime_s: float
     generated_tokens_per_s: float
+    # since 1.6: this rank's tensor-parallel collectives (0 for a whole model)
+    tp_comm_calls: int = 0
+    tp_comm_bytes: int = 0
+    tp_comm_seconds: float = 0.0

@@ -371,3 +371,18 @@ def test_close_while_other_threads_use_the_handles(model_path):
     assert m.closed
     with pytest.raises(infer.InferInvalidArgument):
         req.text
+
+
+def test_tensor_parallel_accessors_on_a_whole_model(model, model_path):
+    assert model.tp_rank == 0 and model.tp_size == 1
+    with pytest.raises(infer.InferInvalidArgument, match="whole"):
+        model.follow()  # a whole model has no rank 0 engine to follow
+    with pytest.raises(infer.InferInvalidArgument, match="tensor_parallel"):
+        infer.Engine(model, tensor_parallel=2)
+    with infer.Engine(model, n_threads=2, tensor_parallel=1, tp_timeout_ms=5000) as e:
+        with e.submit(PROMPT, max_tokens=4, temperature=0, ignore_eos=True) as req:
+            req.result(30)
+        st = e.stats
+    assert (st.tp_comm_calls, st.tp_comm_bytes, st.tp_comm_seconds) == (0, 0, 0.0)
+    with infer.Model(model_path, tensor_parallel=1) as one:
+        assert one.tp_size == 1

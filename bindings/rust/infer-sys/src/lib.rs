@@ -8,7 +8,7 @@
 use std::os::raw::{c_char, c_double, c_float, c_void};
 
 pub const INFER_VERSION_MAJOR: u32 = 1;
-pub const INFER_VERSION_MINOR: u32 = 5;
+pub const INFER_VERSION_MINOR: u32 = 6;
 pub const INFER_VERSION_PATCH: u32 = 0;
 pub const INFER_VERSION_NUMBER: u32 =
     INFER_VERSION_MAJOR * 10000 + INFER_VERSION_MINOR * 100 + INFER_VERSION_PATCH;
@@ -104,6 +104,9 @@ pub struct infer_model_params {
     pub backend: infer_backend,
     pub use_mmap: i32,
     pub vocab_only: i32,
+    // 1.6: tensor parallelism (mpi_comm: a pointer to the host's MPI_Comm, or null)
+    pub tensor_parallel: i32,
+    pub mpi_comm: *mut c_void,
 }
 
 #[repr(C)]
@@ -167,6 +170,9 @@ pub struct infer_engine_params {
     pub spec_max_batch: i32,
     pub spec_skip_layers: *const c_char,
     pub draft_model: *const infer_model,
+    // 1.6
+    pub tensor_parallel: i32,
+    pub tp_timeout_ms: i32,
 }
 
 #[repr(C)]
@@ -281,6 +287,10 @@ pub struct infer_engine_stats {
     pub mean_accepted_length: c_double,
     pub draft_tokens_at: [u64; 16],
     pub accepted_tokens_at: [u64; 16],
+    // 1.6
+    pub tp_comm_calls: u64,
+    pub tp_comm_bytes: u64,
+    pub tp_comm_seconds: c_double,
 }
 
 #[repr(C)]
@@ -410,6 +420,11 @@ pub struct infer_bench_result {
     pub decode_ms: c_double,
     pub prefill_tokens_per_s: c_double,
     pub decode_tokens_per_s: c_double,
+    // 1.6
+    pub decode_steps: i64,
+    pub prefill_comm_ms: c_double,
+    pub decode_comm_ms: c_double,
+    pub decode_comm_bytes: u64,
 }
 
 extern "C" {
@@ -574,6 +589,11 @@ extern "C" {
         out_text: *mut *mut c_char,
     ) -> infer_status;
 
+    // Since 1.6: tensor parallelism.
+    pub fn infer_model_tp_rank(model: *const infer_model) -> i32;
+    pub fn infer_model_tp_size(model: *const infer_model) -> i32;
+    pub fn infer_engine_follow(model: *const infer_model, params: *const infer_engine_params) -> infer_status;
+
     // Since 1.5: embeddings and reranking.
     pub fn infer_embed_params_init(params: *mut infer_embed_params);
     pub fn infer_embed(model: *const infer_model, texts: *const *const c_char, text_lens: *const usize,
@@ -690,7 +710,7 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
         (@name $f:ident) => { stringify!($f) };
     }
     vec![
-        layout!(infer_model_params { struct_size, backend, use_mmap, vocab_only }),
+        layout!(infer_model_params { struct_size, backend, use_mmap, vocab_only, tensor_parallel, mpi_comm }),
         layout!(infer_model_info { struct_size, architecture, name, tokenizer, n_vocab, n_ctx_train, n_embd,
             n_layer, n_head, n_head_kv, n_ff, n_rot, rope_freq_base, rms_norm_eps, n_params, n_bytes,
             n_tensors, bos_token, eos_token, vocab_only }),
@@ -698,7 +718,7 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
         layout!(infer_engine_params { struct_size, n_threads, kv_budget_bytes, kv_blocks, kv_block_size,
             kv_type, max_seqs, max_batch_tokens, n_ctx, prefix_caching, host_kv_budget_bytes, policy,
             batch_timeout_ms, step_row_multiple, spec, spec_k, spec_ngram_max, spec_ngram_min, spec_max_batch,
-            spec_skip_layers, draft_model }),
+            spec_skip_layers, draft_model, tensor_parallel, tp_timeout_ms }),
         layout!(infer_sampling_params { struct_size, temperature, top_k, top_p, min_p, repeat_penalty,
             frequency_penalty, presence_penalty, penalty_last_n, seed, logit_bias_tokens,
             logit_bias_values, n_logit_bias }),
@@ -714,7 +734,8 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
             kv_blocks_free, kv_blocks_cached, host_kv_blocks_total, host_kv_blocks_used,
             prefix_query_tokens, prefix_hit_tokens, n_preemptions, kv_evictions, kv_type, n_finished,
             uptime_s, generated_tokens_per_s, draft_tokens, accepted_tokens, acceptance_rate,
-            mean_accepted_length, draft_tokens_at, accepted_tokens_at }),
+            mean_accepted_length, draft_tokens_at, accepted_tokens_at, tp_comm_calls, tp_comm_bytes,
+            tp_comm_seconds }),
         layout!(infer_chat_message { role, content }),
         layout!(infer_embed_params { struct_size, pooling, normalize, dimensions, truncate, n_threads }),
         layout!(infer_quantize_params { struct_size, type_ = "type", group_size, method, calib_text,
@@ -730,6 +751,7 @@ pub fn layouts() -> Vec<(&'static str, usize, Vec<(&'static str, usize)>)> {
         layout!(infer_bench_params { struct_size, n_prompt, n_gen, n_threads, repetitions, batch,
             engine }),
         layout!(infer_bench_result { struct_size, n_prompt, n_gen, n_threads, batch, prefill_ms,
-            decode_ms, prefill_tokens_per_s, decode_tokens_per_s }),
+            decode_ms, prefill_tokens_per_s, decode_tokens_per_s, decode_steps, prefill_comm_ms, decode_comm_ms,
+            decode_comm_bytes }),
     ]
 }

@@ -153,11 +153,15 @@ impl Drop for ModelHandle {
 pub struct ModelParams {
     pub use_mmap: bool,
     pub vocab_only: bool,
+    /// Since 1.6: N > 1 loads this process's 1/N of the weights as one rank of
+    /// an MPI job of N ranks (`mpirun -np N`); 0 or 1: the whole model. The
+    /// host's own MPI communicator (`mpi_comm`) is not offered here.
+    pub tensor_parallel: i32,
 }
 
 impl Default for ModelParams {
     fn default() -> Self {
-        ModelParams { use_mmap: true, vocab_only: false }
+        ModelParams { use_mmap: true, vocab_only: false, tensor_parallel: 0 }
     }
 }
 
@@ -216,6 +220,7 @@ impl Model {
         };
         mp.use_mmap = params.use_mmap as i32;
         mp.vocab_only = params.vocab_only as i32;
+        mp.tensor_parallel = params.tensor_parallel;
         let mut out = ptr::null_mut();
         check(unsafe { sys::infer_model_load(p.as_ptr(), &mp, &mut out) })?;
         Ok(Model { inner: Arc::new(ModelHandle(out)) })
@@ -224,6 +229,24 @@ impl Model {
     /// The raw handle (valid while this Model or a clone lives).
     pub fn as_ptr(&self) -> *mut sys::infer_model {
         self.inner.0
+    }
+
+    /// This process's rank in the model's tensor-parallel group (0 for a whole model).
+    pub fn tp_rank(&self) -> i32 {
+        unsafe { sys::infer_model_tp_rank(self.inner.0) }
+    }
+
+    /// The model's tensor-parallel group size (1 for a whole model).
+    pub fn tp_size(&self) -> i32 {
+        unsafe { sys::infer_model_tp_size(self.inner.0) }
+    }
+
+    /// On ranks 1..N-1 of a tensor-parallel model: runs rank 0's engine passes
+    /// on this rank's weights until rank 0 drops its engine (blocks). `params`
+    /// must be rank 0's. An error on rank 0 or for a whole model.
+    pub fn follow(&self, params: &EngineParams) -> Result<()> {
+        let p = params.raw();
+        check(unsafe { sys::infer_engine_follow(self.inner.0, &p) })
     }
 
     pub fn info(&self) -> ModelInfo {
@@ -451,6 +474,10 @@ pub struct EngineParams {
     pub max_batch_tokens: i32,
     pub n_ctx: i32,
     pub prefix_caching: bool,
+    /// Since 1.6: 0 (the model's group) or the model's tensor_parallel.
+    pub tensor_parallel: i32,
+    /// Since 1.6: a tensor-parallel collective waiting longer fails (0: 60000).
+    pub tp_timeout_ms: i32,
 }
 
 impl Default for EngineParams {
@@ -465,7 +492,26 @@ impl Default for EngineParams {
             max_batch_tokens: p.max_batch_tokens,
             n_ctx: p.n_ctx,
             prefix_caching: p.prefix_caching != 0,
+            tensor_parallel: p.tensor_parallel,
+            tp_timeout_ms: p.tp_timeout_ms,
         }
+    }
+}
+
+impl EngineParams {
+    fn raw(&self) -> sys::infer_engine_params {
+        let mut p = raw_engine_params();
+        p.n_threads = self.n_threads;
+        p.kv_budget_bytes = self.kv_budget_bytes;
+        p.kv_blocks = self.kv_blocks;
+        p.kv_block_size = self.kv_block_size;
+        p.max_seqs = self.max_seqs;
+        p.max_batch_tokens = self.max_batch_tokens;
+        p.n_ctx = self.n_ctx;
+        p.prefix_caching = self.prefix_caching as i32;
+        p.tensor_parallel = self.tensor_parallel;
+        p.tp_timeout_ms = self.tp_timeout_ms;
+        p
     }
 }
 
@@ -575,19 +621,15 @@ pub struct EngineStats {
     pub prefix_hit_tokens: u64,
     pub uptime_s: f64,
     pub generated_tokens_per_s: f64,
+    /// Since 1.6: this rank's tensor-parallel collectives (0 for a whole model).
+    pub tp_comm_calls: u64,
+    pub tp_comm_bytes: u64,
+    pub tp_comm_seconds: f64,
 }
 
 impl Engine {
     pub fn new(model: &Model, params: &EngineParams) -> Result<Engine> {
-        let mut p = raw_engine_params();
-        p.n_threads = params.n_threads;
-        p.kv_budget_bytes = params.kv_budget_bytes;
-        p.kv_blocks = params.kv_blocks;
-        p.kv_block_size = params.kv_block_size;
-        p.max_seqs = params.max_seqs;
-        p.max_batch_tokens = params.max_batch_tokens;
-        p.n_ctx = params.n_ctx;
-        p.prefix_caching = params.prefix_caching as i32;
+        let p = params.raw();
         let mut raw = ptr::null_mut();
         check(unsafe { sys::infer_engine_create(model.as_ptr(), &p, &mut raw) })?;
         let inner = EngineHandle { raw, _model: model.clone() };
@@ -653,6 +695,9 @@ impl Engine {
             prefix_hit_tokens: s.prefix_hit_tokens,
             uptime_s: s.uptime_s,
             generated_tokens_per_s: s.generated_tokens_per_s,
+            tp_comm_calls: s.tp_comm_calls,
+            tp_comm_bytes: s.tp_comm_bytes,
+            tp_comm_seconds: s.tp_comm_seconds,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! The Rust bindings against libinfer and stories260K.gguf. Tests that need
 //! the model print "SKIP" and return when ../shared is absent (the CTest
 //! wrapper then reports the run as skipped).
-use infer::{ChatMessage, Engine, EngineParams, GenerateParams, Model, Status};
+use infer::{ChatMessage, Engine, EngineParams, GenerateParams, Model, ModelParams, Status};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -411,4 +411,25 @@ fn embed_and_rerank_on_tiny_bert() {
     assert_eq!(s.len(), 3);
     let one = rr.rerank("quick fox", &["a dog"]).unwrap();
     assert!((one[0] - s[1]).abs() < 1e-5);
+}
+
+#[test]
+fn tensor_parallel_accessors_on_a_whole_model() {
+    let path = model_or_skip!();
+    let model = Model::load(&path).unwrap();
+    assert_eq!(model.tp_rank(), 0);
+    assert_eq!(model.tp_size(), 1);
+    // A whole model has no rank 0 engine to follow.
+    let err = model.follow(&EngineParams::default()).unwrap_err();
+    assert_eq!(err.status, Status::InvalidArgument);
+    // tensor_parallel must be 0 or the model's group size.
+    let bad = EngineParams { tensor_parallel: 2, ..Default::default() };
+    assert!(Engine::new(&model, &bad).is_err());
+    let engine = Engine::new(&model, &EngineParams { n_threads: 2, tensor_parallel: 1, ..Default::default() }).unwrap();
+    engine.generate("Once upon a time", &greedy(4)).unwrap();
+    let st = engine.stats().unwrap();
+    assert_eq!((st.tp_comm_calls, st.tp_comm_bytes, st.tp_comm_seconds), (0, 0, 0.0));
+    // The loader's tensor_parallel 1 is a whole model too.
+    let one = Model::load_with(&path, &ModelParams { tensor_parallel: 1, ..Default::default() }).unwrap();
+    assert_eq!(one.tp_size(), 1);
 }
