@@ -155,10 +155,13 @@ TEST_CASE("tensor parallel: every architecture matches the whole model (2 ranks 
         EngineStats st;
         const Run got = run_split(split, ep, rps, &st);
         // F32: the issue's 1e-4. Quantized: identical tokens, and logits
-        // close (every other architecture stays within 2e-6; tiny-gemma2's
-        // q4_0 moves up to 3e-2 at a later position: its post-attention and
-        // post-FFN norms rescale rows whose partial sums were added in
-        // another order).
+        // close. The split adds the row-parallel partial sums in another
+        // order, so the residual differs in its last bits; the next layer's
+        // int8 activation rounding (x * 127 / amax to the nearest integer)
+        // can then flip by one step for an element near a .5 boundary, which
+        // moves logits by up to a few percent (tiny-gemma2 q4_0: 3e-2; a
+        // TinyLlama-shaped q4_0: 4e-2), where F32 and F16 weights stay within
+        // 1e-5. Every other tiny preset stays within 2e-6.
         require_same(got, ref, type == DType::F32 ? 1e-4f : 5e-2f);
         REQUIRE(st.tp_comm_calls > 0);
         REQUIRE(st.tp_comm_bytes > 0);
