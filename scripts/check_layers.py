@@ -26,14 +26,16 @@ ALLOWED = {
     "hf": {"core", "gguf", "quant", "tokenizer"},
     "kv": {"core"},
     "sampling": {"core"},
-    "model": {"core", "gguf", "quant", "tokenizer", "kv", "hf"},
+    # Collective communication (MPI, NCCL, in-process): what tensor parallelism runs on.
+    "dist": {"core"},
+    "model": {"core", "gguf", "quant", "tokenizer", "kv", "hf", "dist"},
     "cpu": {"core", "kv", "quant"},
     "cuda": {"core", "kv", "quant"},
     # The backends layer: the factory, the one folder that names cpu/ and cuda/.
     "backends": {"core", "kv", "quant", "cpu", "cuda"},
-    "engine": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "backends"},
-    "tools": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "hf", "backends"},
-    "api": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "tools", "hf", "backends"},
+    "engine": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "backends", "dist"},
+    "tools": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "hf", "backends", "dist"},
+    "api": {"core", "gguf", "kv", "model", "sampling", "tokenizer", "quant", "engine", "tools", "hf", "backends", "dist"},
 }
 # Where each folder lives in the tree.
 ROOTS = {name: os.path.join("lib", name) for name in ALLOWED}

@@ -26,7 +26,7 @@
 #include "core/log.h"
 #include "core/sysmem.h"
 #include "dist/comm.h"
-#include "dist/tp.h"
+#include "model/tp.h"
 #include "engine/backends.h"
 #include "engine/embed.h"
 #include "engine/engine.h"

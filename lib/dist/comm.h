@@ -1,5 +1,5 @@
 // Collective communication between the processes (ranks) that run one model
-// together (tensor parallelism, lib/dist/tp.h). libinfer does not bring a
+// together (tensor parallelism, lib/model/tp.h). libinfer does not bring a
 // transport of its own: it sits on MPI between CPU processes (one machine
 // or many, whatever launched them: mpirun, Slurm's srun) and on NCCL
 // between GPUs.

@@ -66,7 +66,7 @@ struct EngineParams {
   // larger batch already fills the matmul tiles drafts would have used, and
   // rejected drafts then cost real time (0: no limit). See bench/RESULTS.md.
   int32_t spec_max_batch = 4;
-  // Tensor parallelism (dist/tp.h): 0, or the model's group size (checked).
+  // Tensor parallelism (model/tp.h): 0, or the model's group size (checked).
   int32_t tensor_parallel = 0;
   // A collective of a tensor-parallel pass that waits longer than this
   // fails the pass and ends the job (a rank died or hung); 0: 60 s.
@@ -156,7 +156,7 @@ class Engine {
   // generation over the steps (a credit), or a whole max_batch_tokens pass
   // each step when nothing generates.
   void run_embeds(double gen_ms);
-  // Rank 0 of a tensor-parallel model: the start-up handshake (dist/tp.h).
+  // Rank 0 of a tensor-parallel model: the start-up handshake (model/tp.h).
   void start_tensor_parallel(TpGroup& tp);
 
   const Model& model_;
@@ -192,7 +192,7 @@ class Engine {
   CommStats comm_base_;      // the communicator's counters when the engine started
 };
 
-// Ranks 1..N-1 of a tensor-parallel model (dist/tp.h): runs the passes of
+// Ranks 1..N-1 of a tensor-parallel model (model/tp.h): runs the passes of
 // rank 0's engine on this rank's shard until that engine goes away
 // (returns), or fails with Error when the group breaks (a collective timed
 // out, a rank died) or the ranks disagree at start-up (model bytes or

@@ -116,7 +116,7 @@ class KvCache {
   size_t bytes_used() const { return layout_.block_bytes() * n_blocks_used(); }
   int refcount(int block) const { return blocks_[block].refs; }
 
-  // ---- tensor parallelism (dist/tp.h) ----
+  // ---- tensor parallelism (model/tp.h) ----
   // Rank 0: called after every block copy the cache makes (copy-on-write,
   // swap out and in, a spill to or a hit from the host tier), in order, so
   // the other ranks can make the same copies in their shards of the pools.

@@ -24,7 +24,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   // Weights are data: a NaN or Inf is a malformed file, reported here and not
   // as every request's failure later.
   if (!opts.vocab_only) check_finite_weights(*gguf);
-  // Tensor parallelism: this process loads its rank's share (dist/tp.h).
+  // Tensor parallelism: this process loads its rank's share (model/tp.h).
   std::shared_ptr<TpGroup> tp;
   if (opts.comm && opts.comm->size() > 1) {
     if (opts.vocab_only) raise(Status::InvalidArgument, "a vocabulary-only load cannot be split between ranks");

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/backend.h"
-#include "dist/tp.h"
+#include "model/tp.h"
 #include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "model/moe.h"
@@ -89,7 +89,7 @@ struct ModelConfig {
   int32_t n_cls_out = 0;              // reranker: outputs of the classifier head (cls.output.weight rows); 0: no head
   int32_t n_token_types = 0;          // token type (segment) embeddings (BERT: 2); 0: none
   float norm_eps = 1e-12f;            // LayerNorm epsilon (encoders: *.attention.layer_norm_epsilon)
-  // ---- tensor parallelism (dist/tp.h) ----
+  // ---- tensor parallelism (model/tp.h) ----
   // The shapes above are the whole model's; a rank of tp_size runs
   // n_head / tp_size heads, n_head_kv / tp_size KV heads (its kv_layout())
   // and n_ff / tp_size FFN units.
@@ -99,7 +99,7 @@ struct ModelConfig {
 struct LoadOptions {
   bool use_mmap = true;
   bool vocab_only = false;
-  // Tensor parallelism (dist/tp.h): with a communicator of size N > 1 this
+  // Tensor parallelism (model/tp.h): with a communicator of size N > 1 this
   // process loads, prepares and runs only its rank's 1/N of the weights
   // (Error(Unsupported) for a shape that cannot be split N ways). null or
   // size 1: the whole model.

@@ -68,7 +68,7 @@ struct Pass {
 };
 
 // How a matrix is divided between the ranks of a tensor-parallel group
-// (dist/tp.h): Out gives each rank a contiguous run of n_out / N rows
+// (model/tp.h): Out gives each rank a contiguous run of n_out / N rows
 // (column-parallel: Q/K/V by heads, FFN gate/up by units), In a run of
 // n_in / N input columns of every row (row-parallel: the attention output
 // and FFN down projections, whose partial products the group sums).

@@ -6,7 +6,7 @@
 //   tables: for each sequence of the batch, slot, n, then n block ids
 //   copies: 4 values each (dst tier, dst, src tier, src), in the cache's order
 //   skip:   n_layer flags, or none
-#include "dist/tp.h"
+#include "model/tp.h"
 
 #include <algorithm>
 #include <cstring>
