@@ -3,7 +3,8 @@
 # run of under 8 minutes: the CUDA tests (every kernel against the CPU backend,
 # which must run there, not skip), the GPU benchmarks (bin/infer_cuda_bench),
 # and a summary. Logs go to WORK/ (below) and are copied into $OUT/gpu-check/
-# when $OUT is set (at most 8 files). Exits non-zero, saying why, when no GPU
+# when $OUT is set (at most 9 files). With two GPUs or more it also runs the
+# NCCL communicator's check (tests/mpi/nccl_check.cpp) under mpirun -np 2. Exits non-zero, saying why, when no GPU
 # is visible, the build fails, a test fails or a GPU test skipped.
 #
 # Two ways to get the binaries onto the GPU machine:
@@ -35,10 +36,17 @@ if [ "${1:-}" = pack ]; then
   stage=$(mktemp -d)
   mkdir -p "$stage/gpu-pack/bin" "$stage/gpu-pack/lib"
   cp "$BUILD/tests/infer_tests" "$BUILD/bin/infer_cuda_bench" "$stage/gpu-pack/bin/"
+  # The 2-GPU NCCL check (built when the build has MPI and NCCL).
+  if cmake --build "$BUILD" --target infer_nccl_check -- -j2 >/dev/null 2>&1; then
+    cp "$BUILD/tests/mpi/infer_nccl_check" "$stage/gpu-pack/bin/"
+  else
+    echo "pack: warning: no infer_nccl_check (a build without MPI or NCCL): the 2-GPU step will fail"
+  fi
   cp -L "$BUILD/libinfer.so" "$stage/gpu-pack/lib/libinfer.so.1"
   # The shared libraries the binaries need, but not the C/C++ runtimes (the
   # GPU machine's own, newer ones serve).
-  for b in "$BUILD/tests/infer_tests" "$BUILD/bin/infer_cuda_bench"; do ldd "$b"; done |
+  for b in "$BUILD/tests/infer_tests" "$BUILD/bin/infer_cuda_bench" "$stage/gpu-pack/bin/infer_nccl_check"; do
+    [ -f "$b" ] && ldd "$b"; done |
     awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
     while read -r l; do cp -L "$l" "$stage/gpu-pack/lib/"; done
@@ -74,7 +82,7 @@ finish() {
   say "result: $([ "$STATUS" = 0 ] && echo PASS || echo FAIL)"
   if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT/gpu-check"
-    for f in summary.txt nvidia-smi.txt configure.log build.log tests.log gpu-tests.log bench.log; do
+    for f in summary.txt nvidia-smi.txt configure.log build.log tests.log gpu-tests.log bench.log nccl.log; do
       [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/gpu-check/"
     done
   fi
@@ -100,6 +108,7 @@ if [ -f "$PACKFILE" ]; then
   [ -d "$PK/shared" ] && export INFER_SHARED_DIR=$PK/shared
   TESTS=$PK/bin/infer_tests
   BENCH=$PK/bin/infer_cuda_bench
+  NCCL_CHECK=$PK/bin/infer_nccl_check
   LIB=$PK/lib/libinfer.so.1
 else
   NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -116,10 +125,12 @@ else
     > "$WORK/configure.log" 2>&1 || fail "configure failed (configure.log)"
   timeout 300 cmake --build "$BUILD" --target infer infer_tests infer_cuda_bench -- -j "$JOBS" \
     > "$WORK/build.log" 2>&1 || fail "build failed (build.log)"
+  timeout 120 cmake --build "$BUILD" --target infer_nccl_check -- -j "$JOBS" >> "$WORK/build.log" 2>&1 || true
   say "build: $(( $(date +%s) - T0 )) s"
   TESTS=$BUILD/tests/infer_tests
   BENCH=$BUILD/bin/infer_cuda_bench
   LIB=$BUILD/libinfer.so
+  NCCL_CHECK=$BUILD/tests/mpi/infer_nccl_check
 fi
 export INFER_TEST_TMP=$WORK/tmp
 mkdir -p "$INFER_TEST_TMP"
@@ -148,5 +159,24 @@ else
   say "FAIL: infer_cuda_bench failed (bench.log): $(tail -1 "$WORK/bench.log")"
   STATUS=1
 fi
+# 5. The NCCL communicator across two GPUs (tensor parallelism, issue #31): one
+# rank per GPU under mpirun, all-reduce/all-gather/broadcast checked on device
+# buffers and a 16 MB all-reduce timed.
+if [ "$GPUS" -lt 2 ]; then
+  say "nccl (2 GPUs): skipped: one GPU"
+elif ! command -v mpirun > /dev/null; then
+  say "FAIL: nccl (2 GPUs): no mpirun on this machine (Debian: openmpi-bin)"; STATUS=1
+elif [ ! -x "$NCCL_CHECK" ]; then
+  say "FAIL: nccl (2 GPUs): no infer_nccl_check (a build without MPI or NCCL)"; STATUS=1
+else
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  if timeout 120 mpirun -np 2 -x LD_LIBRARY_PATH "$NCCL_CHECK" > "$WORK/nccl.log" 2>&1 &&
+     grep -q "nccl_check: PASS" "$WORK/nccl.log"; then
+    say "nccl (2 GPUs): $(grep -m1 'all-reduce' "$WORK/nccl.log" | sed 's/^nccl_check: //')"
+  else
+    say "FAIL: nccl (2 GPUs) (nccl.log): $(grep -m1 -E 'FAIL|SKIPPED|rror' "$WORK/nccl.log")"; STATUS=1
+  fi
+fi
+
 say "not measured: end-to-end decode / prefill tokens/s (the CUDA backend copies activations per op), a peer engine"
 finish

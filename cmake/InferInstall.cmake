@@ -42,6 +42,13 @@ if(INFER_HAVE_CUDA)
     "${INFER_PC_LIBS_PRIVATE} -L${CUDAToolkit_LIBRARY_DIR} -lcudart_static -ldl -lrt")
 endif()
 
+if(INFER_HAVE_MPI)
+  # The MPI communicator (lib/dist/comm_mpi.cpp) is inside libinfer.a: it needs MPI's libraries.
+  foreach(_lib IN LISTS MPI_CXX_LIBRARIES)
+    string(APPEND INFER_PC_LIBS_PRIVATE " ${_lib}")
+  endforeach()
+endif()
+
 # infer.pc is relocatable: the prefix is found from where the file is.
 file(RELATIVE_PATH INFER_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/cmake/infer.pc.in ${CMAKE_CURRENT_BINARY_DIR}/infer.pc @ONLY)

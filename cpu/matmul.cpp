@@ -102,6 +102,14 @@ void prepare_weight(ThreadPool& pool, const WeightView& w) {
   }
 }
 
+bool holds_full_copy(const WeightView& w) {
+  if (!w.cache || w.n_out <= 0 || !w.cache->contains(&kPanelsKey)) return false;
+  const IsaKernels& isa = kernels();
+  for (const int64_t m : {1, 2, 4, 8, 16, 32, 64, 256, 1024})
+    if (onednn_preferred(w.type, m, w.n_in, w.n_out) || !pick_kernel(isa, w.type, m).panels) return false;
+  return true;
+}
+
 namespace {
 
 // Splitting a matmul between threads costs a pool job and moves its

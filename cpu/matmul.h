@@ -24,6 +24,9 @@ void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t m, fl
 // Builds every repacked copy of w that matmul would build on first use, for
 // any row count, into w.cache (a no-op without a cache).
 void prepare_weight(ThreadPool& pool, const WeightView& w);
+// Whether every row count multiplies w from the repacked copy prepare_weight
+// made (w's own bytes are never read again by matmul).
+bool holds_full_copy(const WeightView& w);
 
 // Which kernels matmul runs now for weights of type t and shape n_out x n_in
 // against m rows of x: the name of the ISA whose micro-kernel it is

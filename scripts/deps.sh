@@ -4,6 +4,9 @@ set -euo pipefail
 pkgs=(cmake make g++ ninja-build pkg-config libdnnl-dev libeigen3-dev catch2 libbenchmark-dev
       libsentencepiece-dev libxxhash-dev libpcre2-dev libutf8proc-dev python3
       libcpp-httplib-dev nlohmann-json3-dev)
+# Open MPI: the MPI communicator (tensor parallelism, `mpirun -np N infer ... --tp N`) and the
+# tests that run under mpirun; in both modes, so that --tp works after ./scripts/run.sh.
+pkgs+=(openmpi-bin libopenmpi-dev)
 if [ "${1:-}" = "--test" ]; then
   # The architecture references (numpy) and the chat-template check (jinja2)
   # are Python scripts run by CTest.

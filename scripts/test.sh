@@ -65,15 +65,19 @@ if [ "$all" = 0 ]; then
 fi
 
 stage "ASan+UBSan build and tests"
+# The sanitizer builds (ASan+UBSan here, TSan below) are configured without MPI
+# (-DINFER_MPI=OFF): Open MPI's own libraries are not instrumented and report
+# leaks and races of their own (hwloc, PMIx, the shared-memory transport's
+# lock-free queues); the MPI code and its tests run in the release build.
 cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_SANITIZE=ON \
-  -DINFER_CUDA=OFF -DINFER_BENCH=OFF >/dev/null
+  -DINFER_CUDA=OFF -DINFER_MPI=OFF -DINFER_BENCH=OFF >/dev/null
 cmake --build "$root/build-asan" -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -LE slow
 
 stage "fuzzing the GGUF parser (${INFER_FUZZ_SECONDS:-60} s)"
 CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-fuzz" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DINFER_FUZZ=ON -DINFER_TESTS=OFF -DINFER_EXAMPLES=OFF -DINFER_BENCH=OFF -DINFER_CUDA=OFF >/dev/null
+  -DINFER_FUZZ=ON -DINFER_TESTS=OFF -DINFER_EXAMPLES=OFF -DINFER_BENCH=OFF -DINFER_CUDA=OFF -DINFER_MPI=OFF >/dev/null
 cmake --build "$root/build-fuzz" -j "$jobs" --target fuzz_gguf
 mkdir -p "$root/build-fuzz/corpus"
 "$root/build-fuzz/tests/fuzz/fuzz_gguf" -max_total_time="${INFER_FUZZ_SECONDS:-60}" -max_len=8192 -rss_limit_mb=2048 \
@@ -115,7 +119,7 @@ stage "ThreadSanitizer build, the threaded tests and infer serve's tests"
 # One TSan build for both: the library once, the test binary and the CLI (infer
 # serve: its I/O thread, workers and the engine thread) from it.
 cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DINFER_TSAN=ON \
-  -DINFER_CUDA=OFF -DINFER_BENCH=OFF -DINFER_EXAMPLES=ON -DINFER_BINDINGS=OFF >/dev/null
+  -DINFER_CUDA=OFF -DINFER_MPI=OFF -DINFER_BENCH=OFF -DINFER_EXAMPLES=ON -DINFER_BINDINGS=OFF >/dev/null
 cmake --build "$root/build-tsan" -j "$jobs" --target infer_tests infer_cli
 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --test-dir "$root/build-tsan" --output-on-failure \
   -j "$jobs" -R "thread|^serve_tests$|^serve_hostile_tests$"

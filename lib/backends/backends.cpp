@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/matmul.h"
 #ifdef INFER_HAVE_CUDA
 #include "cuda/cuda_backend.h"
 #endif
@@ -85,6 +86,10 @@ double prepare_weights(BackendKind kind, int n_threads, const WeightVisitor& for
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log(LogLevel::Info, "model: %d weights prepared for the %s backend in %.3f s", n, backend->name(), s);
   return s;
+}
+
+bool backend_holds_copy(BackendKind kind, const WeightView& w) {
+  return kind == BackendKind::Cpu && cpu::holds_full_copy(w);
 }
 
 }  // namespace infer

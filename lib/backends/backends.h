@@ -29,5 +29,8 @@ std::unique_ptr<Backend> make_backend(BackendKind kind, ThreadPool& pool);
 // pays for it later. Returns the seconds it took.
 using WeightVisitor = std::function<void(const std::function<void(const WeightView&)>&)>;
 double prepare_weights(BackendKind kind, int n_threads, const WeightVisitor& for_each_weight);
+// Whether a backend of `kind` computes with its own prepared copy of w
+// alone, so that w's bytes may leave memory (Model::release_prepared).
+bool backend_holds_copy(BackendKind kind, const WeightView& w);
 
 }  // namespace infer

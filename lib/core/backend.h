@@ -65,6 +65,13 @@ class WeightCache {
     entries_.emplace_back(key, std::shared_ptr<const void>(std::move(made)));
     return p;
   }
+  // Whether a copy is stored under `key`.
+  bool contains(const void* key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : entries_)
+      if (e.first == key) return true;
+    return false;
+  }
   // Copies held (tests: was the weight prepared?).
   size_t size() const {
     std::lock_guard<std::mutex> lock(mu_);

@@ -167,6 +167,11 @@ class Model {
 
   // Every matrix weight of the model (for load-time preparation by a backend).
   virtual void for_each_weight(const std::function<void(const WeightView&)>& fn) const = 0;
+  // After a backend prepared the weights: the bytes of every weight `held`
+  // says the backend no longer reads leave memory (file pages are given
+  // back, copies made at load freed). Such a weight must then run on that
+  // backend only (Model::backend()).
+  virtual void release_prepared(const std::function<bool(const WeightView&)>& held) {}
   // Sizes (and so commits the pages of) the workspace of backend `be` for
   // batches of up to `rows` tokens, so the first request does not pay the
   // page faults (or a device backend its allocations).

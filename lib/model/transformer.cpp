@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "quant/dequant.h"
 
 namespace infer {
@@ -459,6 +460,22 @@ void Transformer::for_each_weight(const std::function<void(const WeightView&)>& 
     for (const WeightView* w : {&l.attn.wq, &l.attn.wk, &l.attn.wv, &l.attn.wo, &l.ffn.gate, &l.ffn.up, &l.ffn.down})
       if (w->data) fn(*w);
   if (output_.data) fn(output_);
+}
+
+void Transformer::release_prepared(const std::function<bool(const WeightView&)>& held) {
+  size_t bytes = 0;
+  int n = 0, total = 0;
+  for_each_weight([&](const WeightView& w) {
+    ++total;
+    if (!w.data || !held(w)) return;
+    ++n;
+    bytes += w.row_bytes * static_cast<size_t>(w.n_out);
+    gguf_->release(w.data, w.row_bytes * static_cast<size_t>(w.n_out));
+    for (std::vector<uint8_t>& b : owned_)
+      if (!b.empty() && b.data() == w.data) std::vector<uint8_t>().swap(b);  // a share copied at load
+  });
+  log(LogLevel::Info, "model: %d of %d weights (%.1f MiB) now live only in the backend's layout", n, total,
+      bytes / 1048576.0);
 }
 
 void Transformer::reserve_workspace(Workspace& ws, Backend& be, int64_t m) const {

@@ -83,6 +83,7 @@ class Transformer : public Model {
   void forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
                const uint8_t* skip) const override;
   void for_each_weight(const std::function<void(const WeightView&)>& fn) const override;
+  void release_prepared(const std::function<bool(const WeightView&)>& held) override;
   void reserve_workspace(Workspace& ws, Backend& be, int64_t rows) const override;
   // Decoders as embedding models: the same stack with attention inside the
   // batch (causal unless the file says *.attention.causal = false), the
