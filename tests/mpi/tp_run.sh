@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs an MPI test program under mpirun for CTest:
-#   run_mpi.sh NP PROGRAM [ARGS...]
+#   tp_run.sh NP PROGRAM [ARGS...]
 # Extra mpirun options (a transport) come in $INFER_MPIRUN_ARGS, e.g.
 # "--mca btl tcp,self --mca btl_tcp_if_include lo". Exit 77 (CTest: skipped)
 # without mpirun or when the build has no MPI (PROGRAM --mpi-built says so).
