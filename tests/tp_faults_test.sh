@@ -93,7 +93,8 @@ said() {
 A=$TMP/a.gguf
 B=$TMP/b.gguf
 "$INFER" synth --preset tiny --type f32 -o "$A" >/dev/null 2>&1 || { echo "FAIL - infer synth"; exit 1; }
-"$INFER" synth --preset tiny-llama3 --type f32 -o "$B" >/dev/null 2>&1 || { echo "FAIL - infer synth"; exit 1; }
+# The same shapes and tensors with other weights (only the bytes differ).
+"$INFER" synth --preset tiny --type f32 --seed 2 -o "$B" >/dev/null 2>&1 || { echo "FAIL - infer synth"; exit 1; }
 LONG=(run -m "$A" --tp 2 -t 1 -p "once upon a time" -n 8000 --ctx-size 8192 --ignore-eos --temp 0)
 
 # The build has MPI and --tp works at all (else skipped / failed).
@@ -203,7 +204,8 @@ else
   fi
 fi
 
-# 3. Different model files on the two ranks (MPMD): "disagree", non-zero.
+# 3. Different model files on the two ranks (MPMD; same shapes, other weights):
+#    "disagree", non-zero.
 what="different models on the two ranks: a \"disagree\" error, no hang"
 launch 60 "${MPIRUN[@]}" -np 1 "$INFER" run -m "$A" --tp 2 -t 1 -p "hello" -n 4 \
   : -np 1 "$INFER" run -m "$B" --tp 2 -t 1 -p "hello" -n 4
