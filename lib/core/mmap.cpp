@@ -1,5 +1,7 @@
 #include "core/mmap.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -78,6 +80,15 @@ std::unique_ptr<MappedFile> MappedFile::own(std::vector<uint8_t> bytes) {
 MappedFile::~MappedFile() {
   if (mapped_) ::munmap(const_cast<uint8_t*>(data_), size_);
   if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::release(const void* p, size_t n) const {
+  if (!mapped_ || n == 0 || !contains(p)) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = std::min(lo + n, reinterpret_cast<uintptr_t>(data_) + size_);
+  const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+  // A private read-only file mapping: dropping its pages loses nothing.
+  if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
 void MappedFile::check_intact() const {

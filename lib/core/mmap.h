@@ -34,6 +34,15 @@ class MappedFile {
   // window to one forward pass, it cannot close it (only use_mmap = 0, which
   // reads the file into memory, can). No-op for files read into memory.
   void check_intact() const;
+  // For a mapped file: gives back the pages wholly inside [p, p + n) (a
+  // range of data()), so they stop counting in the process's memory; a
+  // later read brings them back from the file. No-op otherwise (memory
+  // that was read or borrowed holds the only copy).
+  void release(const void* p, size_t n) const;
+  bool contains(const void* p) const {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    return b >= data_ && b < data_ + size_;
+  }
 
  private:
   MappedFile() = default;

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -81,6 +82,12 @@ class Communicator {
 
 // Size 1, rank 0.
 std::unique_ptr<Communicator> make_single_comm();
+
+// A group of n ranks inside one process, one communicator per rank, each
+// used by its own thread (tests: tensor parallelism without an MPI
+// launcher, under the sanitizers too). Sums run in rank order, so every
+// rank gets the same bits.
+std::vector<std::shared_ptr<Communicator>> make_local_group(int n);
 
 // Whether this build has MPI.
 bool mpi_built();

@@ -45,6 +45,18 @@ class TpGroup {
   int size() const { return comm_->size(); }
   bool leader() const { return comm_->rank() == 0; }
 
+  // A collective's status: Ok passes; a failure marks the group broken
+  // (failed()) and raises Error with the communicator's message. Every
+  // collective of a pass goes through here, so a follower can tell a broken
+  // group (it must stop) from a pass that failed alike on every rank (a
+  // batch rank 0 also refused: it goes on).
+  void check(Status s);
+  bool failed() const { return failed_; }
+  // The engine on rank 0, so that a second one (which the followers could
+  // not tell apart) is refused: Error(InvalidArgument).
+  void claim_engine();
+  void release_engine() { engine_ = false; }
+
   // All ranks, together: Error(InvalidArgument) on every rank when the
   // ranks' values differ, naming the first rank that differs from rank 0
   // and `what` ("the model", "the engine parameters").
@@ -74,8 +86,12 @@ class TpGroup {
   struct Copy {
     int32_t dst_tier, dst, src_tier, src;
   };
+  void send(uint32_t kind, const std::vector<int32_t>& payload);
   std::shared_ptr<Communicator> comm_;
   std::vector<Copy> copies_;  // rank 0: recorded since the last pass
+  std::vector<int32_t> msg_;  // rank 0: the message being sent (reused)
+  bool failed_ = false;
+  bool engine_ = false;
 };
 
 }  // namespace infer

@@ -57,6 +57,39 @@ SpecConfig spec_config(const EngineParams& p, int32_t n_ctx) {
 
 }  // namespace
 
+uint64_t tp_params_hash(const EngineParams& p) {
+  // What every rank must share: what shapes the KV pool and the passes.
+  // Threads, timeouts and the draft model (rank 0's alone) may differ.
+  uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](int64_t v) {
+    for (int i = 0; i < 8; ++i) h = (h ^ static_cast<uint8_t>(v >> (8 * i))) * 1099511628211ull;
+  };
+  mix(static_cast<int64_t>(p.kv_budget_bytes));
+  mix(p.kv_blocks);
+  mix(p.block_size);
+  mix(static_cast<int64_t>(p.kv_type));
+  mix(static_cast<int64_t>(p.host_kv_budget_bytes));
+  mix(p.max_seqs);
+  mix(p.max_batch_tokens);
+  mix(p.n_ctx);
+  mix(p.prefix_caching);
+  mix(static_cast<int64_t>(p.spec));
+  for (char ch : p.spec_skip_layers) mix(ch);
+  return h;
+}
+
+void check_tensor_parallel(const Model& model, const EngineParams& p, const char* backend) {
+  const TpGroup* tp = model.tp();
+  if (!tp) return;
+  if (p.tensor_parallel != 0 && p.tensor_parallel != tp->size())
+    raise(Status::InvalidArgument, "tensor_parallel is %d but the model was loaded split %d ways", p.tensor_parallel,
+          tp->size());
+  if (std::string(backend) != "cpu")
+    raise(Status::Unsupported, "tensor parallelism runs on the CPU backend (this engine's is %s)", backend);
+  if (p.draft_model && p.draft_model->tp())
+    raise(Status::InvalidArgument, "the draft model runs on rank 0 alone: load it whole (without tensor_parallel)");
+}
+
 Engine::Engine(const Model& model, const EngineParams& params)
     : model_(model),
       params_((params.validate(), params)),
@@ -70,6 +103,7 @@ Engine::Engine(const Model& model, const EngineParams& params)
       finisher_(model.tokenizer(), model.config().n_vocab, n_ctx_),
       created_(Clock::now()),
       embedder_(std::make_unique<Embedder>(model, *backend_)) {
+  if (TpGroup* tp = model.tp()) start_tensor_parallel(*tp);
   // The first request should not pay the page faults of the step's buffers.
   if (!model.vocab_only()) model.reserve_workspace(ws_, *backend_, params.max_batch_tokens);
   const KvLayout& layout = kv_->layout();
@@ -86,6 +120,37 @@ Engine::~Engine() {
     cancel_all();
   } catch (...) {
   }
+  if (tp_started_) {
+    TpGroup& tp = *model_.tp();
+    try {
+      tp.announce_stop();  // the followers return from follow_engine
+    } catch (const Error& e) {
+      log(LogLevel::Error, "engine: tensor parallel: %s", e.what());
+    }
+    tp.release_engine();
+  }
+}
+
+// Rank 0 of a tensor-parallel model: the ranks agree on the parameters
+// (follow_engine does the same on theirs), then learn the KV pool's shape
+// and, from here on, every block copy the cache makes.
+void Engine::start_tensor_parallel(TpGroup& tp) {
+  if (!tp.leader())
+    raise(Status::InvalidArgument, "rank %d of a tensor-parallel model follows rank 0's engine (follow_engine)",
+          tp.rank());
+  check_tensor_parallel(model_, params_, backend_->name());
+  tp.claim_engine();
+  try {
+    tp.comm().set_timeout_ms(params_.tp_timeout_ms > 0 ? params_.tp_timeout_ms : 60000);
+    tp.agree(tp_params_hash(params_), "the engine parameters");
+    kv_->set_copy_observer([&tp](KvTier dt, int d, KvTier st, int s) { tp.record_copy(dt, d, st, s); });
+    tp.announce_kv(kv_->layout());
+  } catch (...) {
+    tp.release_engine();
+    throw;
+  }
+  tp_started_ = true;
+  comm_base_ = tp.comm().stats();
 }
 
 std::shared_ptr<Sequence> Engine::make_sequence(RequestParams& p) {
@@ -423,6 +488,12 @@ void Engine::publish_stats() {
   s.n_running = static_cast<int32_t>(sched_.running().size());
   s.n_waiting = static_cast<int32_t>(sched_.waiting().size());
   s.kv = kv_->stats();
+  if (tp_started_) {  // this rank's collectives since the engine started
+    const CommStats& c = model_.tp()->comm().stats();
+    s.tp_comm_calls = c.calls - comm_base_.calls;
+    s.tp_comm_bytes = c.bytes - comm_base_.bytes;
+    s.tp_comm_seconds = c.seconds - comm_base_.seconds;
+  }
   std::lock_guard<std::mutex> lock(stats_mu_);
   published_ = s;
 }
@@ -448,8 +519,22 @@ int32_t Engine::max_concurrency(int32_t prompt_len, int32_t output_len) const {
   return kv_plan_.concurrency(n, params_.max_seqs);
 }
 
-void follow_engine(const Model&, const EngineParams&) {
-  raise(Status::Unsupported, "tensor parallelism: not yet");
+void follow_engine(const Model& model, const EngineParams& params) {
+  params.validate();
+  TpGroup* tp = model.tp();
+  if (!tp) raise(Status::InvalidArgument, "the model is whole (not loaded with tensor_parallel): nothing to follow");
+  if (tp->leader()) raise(Status::InvalidArgument, "rank 0 runs the engine; ranks 1..%d follow it", tp->size() - 1);
+  ThreadPool pool(params.n_threads);
+  std::unique_ptr<Backend> be = make_backend(model.backend(), pool);
+  check_tensor_parallel(model, params, be->name());
+  tp->claim_engine();
+  struct Release {
+    TpGroup* tp;
+    ~Release() { tp->release_engine(); }
+  } release{tp};
+  tp->comm().set_timeout_ms(params.tp_timeout_ms > 0 ? params.tp_timeout_ms : 60000);
+  tp->agree(tp_params_hash(params), "the engine parameters");
+  tp->follow(model, *be);
 }
 
 }  // namespace infer

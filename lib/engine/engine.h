@@ -156,6 +156,8 @@ class Engine {
   // generation over the steps (a credit), or a whole max_batch_tokens pass
   // each step when nothing generates.
   void run_embeds(double gen_ms);
+  // Rank 0 of a tensor-parallel model: the start-up handshake (dist/tp.h).
+  void start_tensor_parallel(TpGroup& tp);
 
   const Model& model_;
   EngineParams params_;
@@ -186,6 +188,8 @@ class Engine {
   std::atomic<uint64_t> next_id_{1};
   mutable std::mutex stats_mu_;
   EngineStats published_;
+  bool tp_started_ = false;  // this engine is its tensor-parallel group's (announce_stop at the end)
+  CommStats comm_base_;      // the communicator's counters when the engine started
 };
 
 // Ranks 1..N-1 of a tensor-parallel model (dist/tp.h): runs the passes of
@@ -195,5 +199,11 @@ class Engine {
 // parameters: Error(InvalidArgument)). params: as rank 0's. Error(
 // InvalidArgument) on rank 0 or for a whole model.
 void follow_engine(const Model& model, const EngineParams& params);
+// What the ranks compare of their engine parameters (those that shape the
+// KV pool and the passes; not threads, timeouts or the draft model).
+uint64_t tp_params_hash(const EngineParams& params);
+// Error(InvalidArgument / Unsupported) when `params` or the backend cannot
+// run `model`'s tensor-parallel group (nothing for a whole model).
+void check_tensor_parallel(const Model& model, const EngineParams& params, const char* backend);
 
 }  // namespace infer

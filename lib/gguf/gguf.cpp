@@ -938,6 +938,16 @@ const uint8_t* GgufFile::tensor_data(const GgufTensorInfo& t) const {
   return more_[t.source - 1]->data() + t.offset;
 }
 
+void GgufFile::release(const void* p, size_t n) const {
+  if (file_->contains(p)) return file_->release(p, n);
+  for (const auto& f : more_)
+    if (f->contains(p)) return f->release(p, n);
+}
+
+void GgufFile::release_all() const {
+  for (const GgufTensorInfo& t : tensors_) release(tensor_data(t), t.nbytes);
+}
+
 void GgufFile::check_intact() const {
   file_->check_intact();
   for (const auto& f : more_) f->check_intact();

@@ -176,6 +176,11 @@ class GgufFile {
   size_t n_files() const { return 1 + more_.size(); }
   // check_intact() of every file this view reads.
   void check_intact() const;
+  // MappedFile::release of the file holding [p, p + n): pages read once
+  // (weight checks, a tensor-parallel rank's copied share) given back.
+  void release(const void* p, size_t n) const;
+  // Every tensor's pages.
+  void release_all() const;
 
  private:
   GgufFile() = default;

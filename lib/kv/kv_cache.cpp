@@ -40,6 +40,36 @@ KvCache::KvCache(const KvLayout& layout, const KvMemoryFactory& make_memory) : l
 
 KvCache::~KvCache() = default;
 
+void KvCache::copy(KvTier dst_tier, int dst, KvTier src_tier, int src) {
+  KvMemory& to = dst_tier == KvTier::Host ? *host_ : *dev_;
+  const KvMemory& from = src_tier == KvTier::Host ? *host_ : *dev_;
+  to.copy_block(dst, from, src);
+  if (observer_) observer_(dst_tier, dst, src_tier, src);
+}
+
+void KvCache::mirror_table(int slot, const int32_t* blocks, int n) {
+  if (slot < 0 || slot > (1 << 24) || n < 0) raise(Status::Internal, "mirror table: slot %d, %d blocks", slot, n);
+  if (slot >= static_cast<int>(seqs_.size())) seqs_.resize(static_cast<size_t>(slot) + 1);
+  for (int i = 0; i < n; ++i)
+    if (blocks[i] < -1 || blocks[i] >= layout_.n_blocks)
+      raise(Status::Internal, "mirror table: block %d of a %d-block pool", blocks[i], layout_.n_blocks);
+  Seq& s = seqs_[static_cast<size_t>(slot)];
+  s.live = true;
+  s.blocks.assign(blocks, blocks + n);
+}
+
+void KvCache::mirror_copy(KvTier dst_tier, int dst, KvTier src_tier, int src) {
+  const auto bad = [&](KvTier t, int b) {
+    return t == KvTier::Host ? (!host_ || b < 0 || b >= layout_.n_host_blocks) : (b < 0 || b >= layout_.n_blocks);
+  };
+  if (bad(dst_tier, dst) || bad(src_tier, src))
+    raise(Status::Internal, "mirror copy: block %d (tier %d) to %d (tier %d) is out of the pools", src,
+          static_cast<int>(src_tier), dst, static_cast<int>(dst_tier));
+  KvMemory& to = dst_tier == KvTier::Host ? *host_ : *dev_;
+  const KvMemory& from = src_tier == KvTier::Host ? *host_ : *dev_;
+  to.copy_block(dst, from, src);
+}
+
 // Links block b in at one end of the free queue: `outward` is the link that
 // points past that end, `inward` the one that points into the queue.
 void KvCache::queue_push(int b, bool front) {
@@ -81,7 +111,7 @@ void KvCache::spill_to_host(int b) {
   if (host_cached_.count(h.a)) return;
   const int hb = host_allocate();
   if (hb < 0) return;
-  host_->copy_block(hb, *dev_, b);
+  copy(KvTier::Host, hb, KvTier::Primary, b);
   std::memcpy(&host_tokens_[static_cast<size_t>(hb) * layout_.block_size],
               &block_tokens_[static_cast<size_t>(b) * layout_.block_size], sizeof(int32_t) * layout_.block_size);
   host_blocks_[hb].hashed = true;
@@ -238,7 +268,7 @@ bool KvCache::prepare_write(int slot, int begin, int end) {
     if (blocks_[b].refs > 1) {
       const int nb = allocate();
       if (nb < 0) return false;
-      dev_->copy_block(nb, *dev_, b);
+      copy(KvTier::Primary, nb, KvTier::Primary, b);
       release(b);
       s.blocks[i] = nb;
       ++counters_.cow_copies;
@@ -311,7 +341,7 @@ int KvCache::match_prefix(int slot, const int32_t* tokens, int n_tokens, uint64_
         host_cached_[h.a] = hb;
         break;
       }
-      dev_->copy_block(b, *host_, hb);
+      copy(KvTier::Primary, b, KvTier::Host, hb);
       std::memcpy(&block_tokens_[static_cast<size_t>(b) * bs], t, sizeof(int32_t) * bs);
       blocks_[b].hashed = true;
       blocks_[b].hash = h;
@@ -367,7 +397,7 @@ bool KvCache::swap_out(int slot) {
         if (x >= 0) host_release(x);
       return false;
     }
-    host_->copy_block(hb, *dev_, s.blocks[i]);
+    copy(KvTier::Host, hb, KvTier::Primary, s.blocks[i]);
     hbs[i] = hb;
   }
   for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it)
@@ -391,7 +421,7 @@ bool KvCache::swap_in(int slot) {
   for (size_t i = 0; i < s.host_blocks.size(); ++i) {
     if (s.host_blocks[i] < 0) continue;
     const int b = allocate();
-    dev_->copy_block(b, *host_, s.host_blocks[i]);
+    copy(KvTier::Primary, b, KvTier::Host, s.host_blocks[i]);
     host_release(s.host_blocks[i]);
     s.blocks[i] = b;
   }

@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -115,6 +116,19 @@ class KvCache {
   size_t bytes_used() const { return layout_.block_bytes() * n_blocks_used(); }
   int refcount(int block) const { return blocks_[block].refs; }
 
+  // ---- tensor parallelism (dist/tp.h) ----
+  // Rank 0: called after every block copy the cache makes (copy-on-write,
+  // swap out and in, a spill to or a hit from the host tier), in order, so
+  // the other ranks can make the same copies in their shards of the pools.
+  using CopyObserver = std::function<void(KvTier dst_tier, int dst, KvTier src_tier, int src)>;
+  void set_copy_observer(CopyObserver fn) { observer_ = std::move(fn); }
+  // Ranks 1..N-1: a mirror that keeps no books of its own. Its pools take
+  // rank 0's copies (mirror_copy) and its sequences rank 0's block tables
+  // (mirror_table), so a pass reads the same blocks on every rank. The
+  // book-keeping methods above are not for a mirror.
+  void mirror_table(int slot, const int32_t* blocks, int n);
+  void mirror_copy(KvTier dst_tier, int dst, KvTier src_tier, int src);
+
   // Checks every internal invariant (tests): refcounts equal the number of
   // table entries, the free queue holds exactly the unreferenced blocks, the
   // hash map points at hashed blocks. Error(Internal) on a violation.
@@ -163,7 +177,11 @@ class KvCache {
   int host_allocate();
   void host_release(int hb);
 
+  // Copies block src of tier src_tier into block dst of dst_tier and tells the observer.
+  void copy(KvTier dst_tier, int dst, KvTier src_tier, int src);
+
   KvLayout layout_;
+  CopyObserver observer_;
   std::unique_ptr<KvMemory> dev_;
   std::vector<Block> blocks_;
   std::vector<int32_t> block_tokens_;  // block_size ids per block, for hit verification

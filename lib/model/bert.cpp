@@ -28,8 +28,8 @@ struct EncoderLayer {
 
 class Bert final : public Transformer {
  public:
-  Bert(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok)
-      : Transformer(std::move(gguf), std::move(tok), false) {
+  Bert(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, std::shared_ptr<TpGroup> tp)
+      : Transformer(std::move(gguf), std::move(tok), false, std::move(tp)) {
     ModelConfig& c = config_;
     nomic_ = c.arch == "nomic-bert";
     read_shape();
@@ -74,6 +74,7 @@ class Bert final : public Transformer {
         raise(Status::InvalidArgument, "position %d is past the model's %lld positions", batch.pos[t],
               (long long)pos_embd_.n_out);
     }
+    if (tp_ && tp_->leader()) tp_->announce_pass(batch, nullptr, nullptr, c.n_layer, /*encode=*/true, rank);
     Pass p = begin(batch, nullptr, be, ws);  // validates ids, sizes buffers, x = word embeddings
     if (m == 0) return;
     const int64_t d = c.n_embd;
@@ -94,22 +95,28 @@ class Bert final : public Transformer {
       dense(p, L.wk, L.bk, p.x, m, p.k);
       dense(p, L.wv, L.bv, p.x, m, p.v);
       if (nomic_) {
-        be.rope(p.q, m, c.n_head, c.head_dim, batch.pos.data(), p.rp);
-        be.rope(p.k, m, c.n_head, c.head_dim, batch.pos.data(), p.rp);
+        be.rope(p.q, m, lh_, c.head_dim, batch.pos.data(), p.rp);
+        be.rope(p.k, m, lh_, c.head_dim, batch.pos.data(), p.rp);
       }
-      be.attention_dense(p.q, p.k, p.v, p.ab, c.n_head, c.n_head, c.head_dim, attn_scale_, /*causal=*/false, p.att);
-      dense(p, L.wo, L.bo, p.att, m, p.xb);
+      // lh_: this rank's heads (all of them in a single process); the
+      // output projection's parts are summed before its bias is added.
+      be.attention_dense(p.q, p.k, p.v, p.ab, lh_, lh_, c.head_dim, attn_scale_, /*causal=*/false, p.att);
+      linear(p, L.wo, p.att, m, p.xb);
+      reduce(p, p.xb, m * d);
+      if (!L.bo.empty()) be.add_bias(p.xb, L.bo.data(), m, d);
       be.add(p.x, p.xb, m * d);
       be.layer_norm(p.x, L.attn_norm_w.data(), L.attn_norm_b.data(), m, d, c.norm_eps, p.x);
       if (nomic_) {
         linear(p, L.gate, p.x, m, p.gate);
         linear(p, L.up, p.x, m, p.up);
-        be.swiglu(p.gate, p.up, p.gate, m * c.n_ff);
+        be.swiglu(p.gate, p.up, p.gate, m * lff_);
       } else {
         dense(p, L.up, L.bup, p.x, m, p.gate);
-        be.gelu(p.gate, m * c.n_ff);
+        be.gelu(p.gate, m * lff_);
       }
-      dense(p, L.down, L.bdown, p.gate, m, p.xb);
+      linear(p, L.down, p.gate, m, p.xb);
+      reduce(p, p.xb, m * d);
+      if (!L.bdown.empty()) be.add_bias(p.xb, L.bdown.data(), m, d);
       be.add(p.x, p.xb, m * d);
       be.layer_norm(p.x, L.out_norm_w.data(), L.out_norm_b.data(), m, d, c.norm_eps, p.x);
     }
@@ -174,26 +181,28 @@ class Bert final : public Transformer {
       const std::string b = "blk." + std::to_string(l) + ".";
       EncoderLayer& L = enc_[static_cast<size_t>(l)];
       if (nomic_) {
-        const WeightView qkv = weight(b + "attn_qkv.weight", d, 3 * d);
-        L.wq = rows(qkv, 0, d);
-        L.wk = rows(qkv, d, d);
-        L.wv = rows(qkv, 2 * d, d);
-        L.wo = weight(b + "attn_output.weight", d, d);
-        L.up = weight(b + "ffn_up.weight", d, ff);
-        L.gate = weight(b + "ffn_gate.weight", d, ff);
-        L.down = weight(b + "ffn_down.weight", ff, d);
+        // Tensor parallelism: each rank's heads and FFN units (share()).
+        const std::string qkv_name = b + "attn_qkv.weight";
+        const WeightView qkv = weight(qkv_name, d, 3 * d);
+        L.wq = share(rows(qkv, 0, d), Split::Out, qkv_name);
+        L.wk = kv_share(rows(qkv, d, d));
+        L.wv = kv_share(rows(qkv, 2 * d, d));
+        L.wo = weight(b + "attn_output.weight", d, d, true, Split::In);
+        L.up = weight(b + "ffn_up.weight", d, ff, true, Split::Out);
+        L.gate = weight(b + "ffn_gate.weight", d, ff, true, Split::Out);
+        L.down = weight(b + "ffn_down.weight", ff, d, true, Split::In);
       } else {
-        L.wq = weight(b + "attn_q.weight", d, d);
-        L.wk = weight(b + "attn_k.weight", d, d);
-        L.wv = weight(b + "attn_v.weight", d, d);
-        L.wo = weight(b + "attn_output.weight", d, d);
-        L.bq = vector_f32(b + "attn_q.bias", d);
-        L.bk = vector_f32(b + "attn_k.bias", d);
-        L.bv = vector_f32(b + "attn_v.bias", d);
+        L.wq = weight(b + "attn_q.weight", d, d, true, Split::Out);
+        L.wk = kv_share(weight(b + "attn_k.weight", d, d));
+        L.wv = kv_share(weight(b + "attn_v.weight", d, d));
+        L.wo = weight(b + "attn_output.weight", d, d, true, Split::In);
+        L.bq = share(vector_f32(b + "attn_q.bias", d));
+        L.bk = kv_share(vector_f32(b + "attn_k.bias", d));
+        L.bv = kv_share(vector_f32(b + "attn_v.bias", d));
         L.bo = vector_f32(b + "attn_output.bias", d);
-        L.up = weight(b + "ffn_up.weight", d, ff);
-        L.down = weight(b + "ffn_down.weight", ff, d);
-        L.bup = vector_f32(b + "ffn_up.bias", ff);
+        L.up = weight(b + "ffn_up.weight", d, ff, true, Split::Out);
+        L.down = weight(b + "ffn_down.weight", ff, d, true, Split::In);
+        L.bup = share(vector_f32(b + "ffn_up.bias", ff));
         L.bdown = vector_f32(b + "ffn_down.bias", d);
       }
       L.attn_norm_w = vector_f32(b + "attn_output_norm.weight", d);
@@ -225,8 +234,9 @@ class Bert final : public Transformer {
 
 }  // namespace
 
-std::unique_ptr<Model> create_bert_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
-  return std::make_unique<Bert>(std::move(gguf), std::move(tok));
+std::unique_ptr<Model> create_bert_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                         std::shared_ptr<TpGroup> tp) {
+  return std::make_unique<Bert>(std::move(gguf), std::move(tok), std::move(tp));
 }
 
 }  // namespace infer

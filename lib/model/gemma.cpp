@@ -17,13 +17,14 @@
 
 namespace infer {
 
-std::unique_ptr<Model> create_gemma_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
+std::unique_ptr<Model> create_gemma_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                          std::shared_ptr<TpGroup> tp) {
   const auto configure = [](DenseTransformer& t) {
     ModelConfig& c = t.cfg();
     c.ffn_act = "gelu";
     c.embed_scale = std::sqrt(static_cast<float>(c.n_embd));
   };
-  return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), false, false, configure);
+  return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), false, false, configure, std::move(tp));
 }
 
 }  // namespace infer

@@ -24,7 +24,8 @@
 
 namespace infer {
 
-std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
+std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                          std::shared_ptr<TpGroup> tp) {
   const auto configure = [](DenseTransformer& t) {
     ModelConfig& c = t.cfg();
     c.ffn_act = "gelu";
@@ -42,7 +43,7 @@ std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::
     c.layer_window.resize(c.n_layer);
     for (int l = 0; l < c.n_layer; ++l) c.layer_window[l] = l % 2 == 0 ? window : 0;
   };
-  return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), false, false, configure);
+  return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), false, false, configure, std::move(tp));
 }
 
 }  // namespace infer

@@ -22,8 +22,9 @@ namespace {
 
 class LlamaModel final : public Transformer {
  public:
-  LlamaModel(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only)
-      : Transformer(std::move(gguf), std::move(tok), vocab_only) {
+  LlamaModel(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only,
+             std::shared_ptr<TpGroup> tp)
+      : Transformer(std::move(gguf), std::move(tok), vocab_only, std::move(tp)) {
     // A vocabulary-only load of any architecture comes here: only the
     // tokenizer is used, and the shape is read when it is a llama one.
     const bool llama = config_.arch == "llama" || config_.arch == "mistral";
@@ -40,11 +41,19 @@ class LlamaModel final : public Transformer {
     bind_embeddings();
     bind_each_layer([this](const std::string& p, LayerWeights& L) {
       bind_attention(p, L.attn, /*biases=*/false, /*qk_norm=*/false);
-      if (config_.n_expert > 0)
+      if (config_.n_expert > 0) {
         moe_.push_back(bind_moe_ffn(*gguf_, p, config_.n_embd, config_.n_ff, config_.n_expert,
                                     config_.n_expert_used, [this] { return &caches_.emplace_back(); }));
-      else
+        // Tensor parallelism: every expert split like a dense FFN (the
+        // router stays whole: each rank routes every token alike).
+        MoeFfn& f = moe_.back();
+        f.n_ff = lff_;
+        for (WeightView& w : f.gate) w = share(w, Split::Out, p + "ffn_gate_exps.weight");
+        for (WeightView& w : f.up) w = share(w, Split::Out, p + "ffn_up_exps.weight");
+        for (WeightView& w : f.down) w = share(w, Split::In, p + "ffn_down_exps.weight");
+      } else {
         bind_ffn(p, L.ffn);
+      }
     });
   }
 
@@ -85,8 +94,8 @@ class LlamaModel final : public Transformer {
 }  // namespace
 
 std::unique_ptr<Model> create_llama_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
-                                          bool vocab_only) {
-  return std::make_unique<LlamaModel>(std::move(gguf), std::move(tok), vocab_only);
+                                          bool vocab_only, std::shared_ptr<TpGroup> tp) {
+  return std::make_unique<LlamaModel>(std::move(gguf), std::move(tok), vocab_only, std::move(tp));
 }
 
 }  // namespace infer

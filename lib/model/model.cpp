@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "hf/hf.h"
 #include "model/weight_check.h"
@@ -22,16 +24,35 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   // Weights are data: a NaN or Inf is a malformed file, reported here and not
   // as every request's failure later.
   if (!opts.vocab_only) check_finite_weights(*gguf);
-  if (arch == "llama" || arch == "mistral") return create_llama_model(std::move(gguf), std::move(tok), opts.vocab_only);
+  // Tensor parallelism: this process loads its rank's share (dist/tp.h).
+  std::shared_ptr<TpGroup> tp;
+  if (opts.comm && opts.comm->size() > 1) {
+    if (opts.vocab_only) raise(Status::InvalidArgument, "a vocabulary-only load cannot be split between ranks");
+    tp = std::make_shared<TpGroup>(opts.comm);
+    // The check read every page; a rank keeps only those of its share.
+    gguf->release_all();
+  }
+  std::unique_ptr<Model> m = create(std::move(gguf), std::move(tok), arch, opts.vocab_only, tp);
+  if (tp) {
+    // Every rank must hold the same file, split the same way: compared
+    // before any pass (a rank with another file would compute garbage).
+    tp->agree(m->fingerprint(), "the model");
+  }
+  return m;
+}
+
+std::unique_ptr<Model> Model::create(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                     const std::string& arch, bool vocab_only, std::shared_ptr<TpGroup> tp) {
+  if (arch == "llama" || arch == "mistral") return create_llama_model(std::move(gguf), std::move(tok), vocab_only, tp);
   // Only the tokenizer of a vocabulary-only load is used, whatever the
   // architecture (gpt2, falcon, qwen2, ... vocabularies).
-  if (opts.vocab_only) return create_llama_model(std::move(gguf), std::move(tok), true);
-  if (arch == "qwen2") return create_qwen2_model(std::move(gguf), std::move(tok));
-  if (arch == "qwen3") return create_qwen3_model(std::move(gguf), std::move(tok));
-  if (arch == "phi3") return create_phi3_model(std::move(gguf), std::move(tok));
-  if (arch == "gemma") return create_gemma_model(std::move(gguf), std::move(tok));
-  if (arch == "gemma2") return create_gemma2_model(std::move(gguf), std::move(tok));
-  if (arch == "bert" || arch == "nomic-bert") return create_bert_model(std::move(gguf), std::move(tok));
+  if (vocab_only) return create_llama_model(std::move(gguf), std::move(tok), true);
+  if (arch == "qwen2") return create_qwen2_model(std::move(gguf), std::move(tok), tp);
+  if (arch == "qwen3") return create_qwen3_model(std::move(gguf), std::move(tok), tp);
+  if (arch == "phi3") return create_phi3_model(std::move(gguf), std::move(tok), tp);
+  if (arch == "gemma") return create_gemma_model(std::move(gguf), std::move(tok), tp);
+  if (arch == "gemma2") return create_gemma2_model(std::move(gguf), std::move(tok), tp);
+  if (arch == "bert" || arch == "nomic-bert") return create_bert_model(std::move(gguf), std::move(tok), tp);
   std::string names;
   for (const std::string& a : supported_architectures()) names += (names.empty() ? "" : ", ") + a;
   raise(Status::Unsupported, "model architecture '%s' is not supported (supported: %s)", arch.c_str(), names.c_str());
@@ -49,11 +70,37 @@ void Model::encode(const Batch&, Backend&, Workspace&, float*, bool) const {
 KvLayout Model::kv_layout() const {
   KvLayout l;
   l.n_layers = config_.n_layer;
-  l.n_kv_heads = config_.n_head_kv;
+  // Tensor parallelism: this rank's KV heads (one when there are fewer than ranks).
+  l.n_kv_heads = std::max(1, config_.n_head_kv / config_.tp_size);
   l.head_dim = config_.head_dim;
   return l;
 }
 
-uint64_t Model::fingerprint() const { return 0; }
+uint64_t Model::fingerprint() const {
+  // FNV-1a over the metadata's keys, the tensor table, 64 bytes at the
+  // start, middle and end of every tensor, and the split. Cheap (no full
+  // read of a 70B file) and enough to tell two different files apart: a
+  // different conversion, quantization or model changes the table or the
+  // sampled bytes.
+  uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  const GgufFile& g = *gguf_;
+  for (const auto& kv : g.metadata()) mix(kv.first.data(), kv.first.size());
+  for (const GgufTensorInfo& t : g.tensors()) {
+    mix(t.name.data(), t.name.size());
+    const uint32_t type = static_cast<uint32_t>(t.type);
+    mix(&type, sizeof type);
+    for (int64_t d : t.dims) mix(&d, sizeof d);
+    const uint8_t* data = g.tensor_data(t);
+    const size_t n = std::min<size_t>(64, t.nbytes);
+    if (data && n > 0)
+      for (size_t at : {size_t{0}, (t.nbytes - n) / 2, t.nbytes - n}) mix(data + at, n);
+  }
+  mix(&config_.tp_size, sizeof config_.tp_size);
+  return h;
+}
 
 }  // namespace infer

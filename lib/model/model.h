@@ -126,6 +126,7 @@ struct Workspace {
   std::vector<const int32_t*> tables;  // each token's block table (AttnBatch::table)
   std::vector<int32_t> ids;            // encoders: token types / positions handed to get_rows
   MoeHostScratch moe;                  // routing of the mixture-of-experts block (model/moe.h)
+  std::vector<float> gathered;         // tensor parallelism: every rank's logits before reordering
 };
 
 class Model {
@@ -182,6 +183,9 @@ class Model {
 
  protected:
   Model() = default;
+  // The architecture's factory (load() after the file is open and checked).
+  static std::unique_ptr<Model> create(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                       const std::string& arch, bool vocab_only, std::shared_ptr<TpGroup> tp);
   std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelConfig config_;
@@ -192,14 +196,21 @@ class Model {
 };
 
 // Architecture factories (one file each, over lib/model/transformer.h).
+// tp: the tensor-parallel group whose share this rank loads (null: all).
 std::unique_ptr<Model> create_llama_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
-                                          bool vocab_only);
-std::unique_ptr<Model> create_qwen2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
-std::unique_ptr<Model> create_qwen3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
-std::unique_ptr<Model> create_phi3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
-std::unique_ptr<Model> create_gemma_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
-std::unique_ptr<Model> create_bert_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
-std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok);
+                                          bool vocab_only, std::shared_ptr<TpGroup> tp = nullptr);
+std::unique_ptr<Model> create_qwen2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                          std::shared_ptr<TpGroup> tp = nullptr);
+std::unique_ptr<Model> create_qwen3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                          std::shared_ptr<TpGroup> tp = nullptr);
+std::unique_ptr<Model> create_phi3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                         std::shared_ptr<TpGroup> tp = nullptr);
+std::unique_ptr<Model> create_gemma_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                          std::shared_ptr<TpGroup> tp = nullptr);
+std::unique_ptr<Model> create_bert_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                         std::shared_ptr<TpGroup> tp = nullptr);
+std::unique_ptr<Model> create_gemma2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                           std::shared_ptr<TpGroup> tp = nullptr);
 // The architectures this build runs (general.architecture values).
 const std::vector<std::string>& supported_architectures();
 

@@ -21,8 +21,8 @@ namespace {
 
 class Phi3Model final : public Transformer {
  public:
-  Phi3Model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok)
-      : Transformer(std::move(gguf), std::move(tok), false) {
+  Phi3Model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, std::shared_ptr<TpGroup> tp)
+      : Transformer(std::move(gguf), std::move(tok), false, std::move(tp)) {
     read_shape();
     setup_rope(/*neox=*/true);
     finish_config();
@@ -32,11 +32,12 @@ class Phi3Model final : public Transformer {
     const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
     bind_each_layer([&](const std::string& p, LayerWeights& L) {
       if (gguf_->find_tensor(p + "attn_qkv.weight")) {
+        // Tensor parallelism: this rank's heads of each part (share()).
         const WeightView qkv = weight(p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim);
-        L.attn.wq = rows(qkv, 0, q_dim);
-        L.attn.wk = rows(qkv, q_dim, kv_dim);
-        L.attn.wv = rows(qkv, q_dim + kv_dim, kv_dim);
-        L.attn.wo = weight(p + "attn_output.weight", q_dim, c.n_embd);
+        L.attn.wq = share(rows(qkv, 0, q_dim), Split::Out, p + "attn_qkv.weight");
+        L.attn.wk = kv_share(rows(qkv, q_dim, kv_dim));
+        L.attn.wv = kv_share(rows(qkv, q_dim + kv_dim, kv_dim));
+        L.attn.wo = weight(p + "attn_output.weight", q_dim, c.n_embd, true, Split::In);
       } else {
         bind_attention(p, L.attn, /*biases=*/false, /*qk_norm=*/false);
       }
@@ -44,9 +45,9 @@ class Phi3Model final : public Transformer {
         bind_ffn(p, L.ffn);
       } else {
         const WeightView up = weight(p + "ffn_up.weight", c.n_embd, 2 * static_cast<int64_t>(c.n_ff));
-        L.ffn.gate = rows(up, 0, c.n_ff);
-        L.ffn.up = rows(up, c.n_ff, c.n_ff);
-        L.ffn.down = weight(p + "ffn_down.weight", c.n_ff, c.n_embd);
+        L.ffn.gate = share(rows(up, 0, c.n_ff), Split::Out, p + "ffn_up.weight");
+        L.ffn.up = share(rows(up, c.n_ff, c.n_ff), Split::Out, p + "ffn_up.weight");
+        L.ffn.down = weight(p + "ffn_down.weight", c.n_ff, c.n_embd, true, Split::In);
       }
     });
   }
@@ -54,8 +55,9 @@ class Phi3Model final : public Transformer {
 
 }  // namespace
 
-std::unique_ptr<Model> create_phi3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
-  return std::make_unique<Phi3Model>(std::move(gguf), std::move(tok));
+std::unique_ptr<Model> create_phi3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                         std::shared_ptr<TpGroup> tp) {
+  return std::make_unique<Phi3Model>(std::move(gguf), std::move(tok), std::move(tp));
 }
 
 }  // namespace infer

@@ -11,9 +11,10 @@
 
 namespace infer {
 
-std::unique_ptr<Model> create_qwen2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
+std::unique_ptr<Model> create_qwen2_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                          std::shared_ptr<TpGroup> tp) {
   return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), /*biases=*/true, /*qk_norm=*/false,
-                                            [](DenseTransformer& t) { t.cfg().attn_bias = true; });
+                                            [](DenseTransformer& t) { t.cfg().attn_bias = true; }, std::move(tp));
 }
 
 }  // namespace infer

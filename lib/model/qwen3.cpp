@@ -13,9 +13,10 @@
 
 namespace infer {
 
-std::unique_ptr<Model> create_qwen3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok) {
+std::unique_ptr<Model> create_qwen3_model(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
+                                          std::shared_ptr<TpGroup> tp) {
   return std::make_unique<DenseTransformer>(std::move(gguf), std::move(tok), /*biases=*/false, /*qk_norm=*/true,
-                                            [](DenseTransformer& t) { t.cfg().qk_norm = true; });
+                                            [](DenseTransformer& t) { t.cfg().qk_norm = true; }, std::move(tp));
 }
 
 }  // namespace infer

@@ -9,7 +9,13 @@
 
 namespace infer {
 
-Transformer::Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only) {
+Transformer::Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only,
+                         std::shared_ptr<TpGroup> tp) {
+  if (tp && tp->size() > 1) {
+    tp_ = std::move(tp);
+    config_.tp_size = tp_->size();
+    config_.tp_rank = tp_->rank();
+  }
   gguf_ = std::move(gguf);
   tokenizer_ = std::move(tok);
   vocab_only_ = vocab_only;
@@ -156,12 +162,41 @@ void Transformer::finish_config() {
   if (c.layer_window.size() != static_cast<size_t>(c.n_layer))
     raise(Status::Internal, "layer_window has %zu values for %d layers", c.layer_window.size(), c.n_layer);
   attn_scale_ = c.attn_scale > 0 ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // This rank's share: whole heads (a query head's KV head stays on its
+  // rank: both counts split alike), whole FFN units, a run of vocabulary rows.
+  const int n = tp_size();
+  // Fewer KV heads than ranks (multi-query and narrow grouped attention:
+  // Gemma 2B has one): each rank keeps a copy of the one KV head its query
+  // heads read, which needs the ranks to divide evenly among the KV heads.
+  lkv_ = c.n_head_kv / n;
+  kv_first_ = lkv_ * tp_rank();
+  if (n > 1) {
+    const bool replicate = c.n_head_kv % n != 0 && n % c.n_head_kv == 0;
+    if (c.n_head % n != 0 || (c.n_head_kv % n != 0 && !replicate))
+      raise(Status::Unsupported, "'%s' cannot be split %d ways: its %d attention heads must be a multiple of %d and "
+            "its %d KV heads a multiple or a divisor of %d", c.arch.c_str(), n, c.n_head, n, c.n_head_kv, n);
+    if (replicate) {
+      lkv_ = 1;
+      kv_first_ = tp_rank() / (n / c.n_head_kv);
+    }
+    if (c.n_ff % n != 0)
+      raise(Status::Unsupported, "'%s' cannot be split %d ways: its %d FFN units are not a multiple of %d",
+            c.arch.c_str(), n, c.n_ff, n);
+  }
+  lh_ = c.n_head / n;
+  lff_ = c.n_ff / n;
+  vocab_chunk_ = (static_cast<int64_t>(c.n_vocab) + n - 1) / n;
+  vocab_first_ = vocab_chunk_ * tp_rank();
+  vocab_n_ = std::min<int64_t>(vocab_chunk_, c.n_vocab - vocab_first_);
+  if (vocab_n_ <= 0)
+    raise(Status::Unsupported, "a vocabulary of %d tokens cannot be split %d ways", c.n_vocab, n);
   if (!(c.attn_softcap >= 0) || !(c.final_softcap >= 0) || !std::isfinite(c.attn_softcap) ||
       !std::isfinite(c.final_softcap))
     raise(Status::Format, "soft-capping values must be positive");
 }
 
-WeightView Transformer::weight(const std::string& name, int64_t n_in, int64_t n_out, bool required) const {
+WeightView Transformer::weight(const std::string& name, int64_t n_in, int64_t n_out, bool required,
+                               Split split) const {
   const GgufTensorInfo* t = gguf_->find_tensor(name);
   if (!t) {
     if (required) raise(Status::Format, "tensor '%s' is missing", name.c_str());
@@ -208,7 +243,67 @@ WeightView Transformer::weight(const std::string& name, int64_t n_in, int64_t n_
     if (!w.perm) w.perm = perms_.emplace_back(std::move(perm)).data();
   }
   w.cache = &caches_.emplace_back();  // repacked copies a backend makes live with the model
-  return w;
+  return share(w, split, name);
+}
+
+WeightView Transformer::share(const WeightView& w, Split split, const std::string& name) const {
+  const int n = tp_size(), r = tp_rank();
+  if (split == Split::None || n == 1 || !w.data) return w;
+  if (split == Split::Out) {
+    if (w.n_out % n != 0)
+      raise(Status::Unsupported, "tensor '%s' cannot be split %d ways: its %lld rows are not a multiple of %d",
+            name.c_str(), n, (long long)w.n_out, n);
+    return rows(w, w.n_out / n * r, w.n_out / n);
+  }
+  // Input columns: every row's run [r k, (r + 1) k) of k = n_in / N values,
+  // copied out of the file (whole quantized blocks only), then the file's
+  // pages of the whole tensor are given back so they do not count against
+  // this rank's memory.
+  const int64_t k = w.n_in / n;
+  if (w.perm)
+    raise(Status::Unsupported, "tensor '%s' cannot be split %d ways: its act-order input permutation mixes the "
+          "columns of every rank", name.c_str(), n);
+  const DTypeInfo* info = dtype_info(w.type);
+  if (w.n_in % n != 0 || !info || !dtype_row_ok(w.type, k))
+    raise(Status::Unsupported, "tensor '%s' (%s, %u values per block) cannot be split %d ways: %lld input columns "
+          "per rank would cut a block", name.c_str(), dtype_name(w.type), info ? info->block : 0u, n,
+          (long long)w.n_in / n);
+  const bool w8 = w.type == DType::W8A8;  // one byte per value, the row scales apply to every part
+  const size_t part = w8 ? static_cast<size_t>(k) : dtype_row_bytes(w.type, k);
+  const size_t offset = part * static_cast<size_t>(r);
+  std::vector<uint8_t>& buf = owned_.emplace_back(part * static_cast<size_t>(w.n_out));
+  for (int64_t row = 0; row < w.n_out; ++row) std::memcpy(buf.data() + part * row, w.row(row) + offset, part);
+  gguf_->release(w.data, w.row_bytes * static_cast<size_t>(w.n_out));
+  WeightView s = w;
+  s.n_in = k;
+  s.data = buf.data();
+  s.row_bytes = part;
+  s.cache = &caches_.emplace_back();
+  return s;
+}
+
+std::vector<float> Transformer::share(const std::vector<float>& v) const {
+  const int n = tp_size();
+  if (n == 1 || v.empty()) return v;
+  const size_t k = v.size() / static_cast<size_t>(n);
+  const auto first = v.begin() + static_cast<std::ptrdiff_t>(k * static_cast<size_t>(tp_rank()));
+  return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(k));
+}
+
+WeightView Transformer::kv_share(const WeightView& w) const {
+  if (tp_size() == 1 || !w.data) return w;
+  return rows(w, static_cast<int64_t>(kv_first_) * config_.head_dim, static_cast<int64_t>(lkv_) * config_.head_dim);
+}
+
+std::vector<float> Transformer::kv_share(const std::vector<float>& v) const {
+  if (tp_size() == 1 || v.empty()) return v;
+  const auto first = v.begin() + static_cast<std::ptrdiff_t>(kv_first_) * config_.head_dim;
+  return std::vector<float>(first, first + static_cast<std::ptrdiff_t>(lkv_) * config_.head_dim);
+}
+
+void Transformer::reduce(Pass& p, float* x, int64_t n) const {
+  if (!tp_) return;
+  tp_->check(tp_->comm().all_reduce_sum_f32(x, static_cast<size_t>(n)));
 }
 
 const float* Transformer::permuted(Pass& p, const WeightView& w, const float* in, int64_t m, int slot) const {
@@ -255,20 +350,23 @@ void Transformer::bind_embeddings() {
   output_ = weight("output.weight", c.n_embd, c.n_vocab, /*required=*/false);
   config_.tied_embeddings = !output_.data;
   if (!output_.data) output_ = tok_embd_;  // tied embeddings
+  // Tensor parallelism: this rank's run of vocabulary rows (the embedding
+  // itself stays whole: a lookup reads only the rows of its tokens).
+  if (tp_size() > 1) output_ = rows(output_, vocab_first_, vocab_n_);
 }
 
 void Transformer::bind_attention(const std::string& p, AttnWeights& a, bool biases, bool qk_norm) {
   const ModelConfig& c = config_;
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
-  a.wq = weight(p + "attn_q.weight", c.n_embd, q_dim);
-  a.wk = weight(p + "attn_k.weight", c.n_embd, kv_dim);
-  a.wv = weight(p + "attn_v.weight", c.n_embd, kv_dim);
-  a.wo = weight(p + "attn_output.weight", q_dim, c.n_embd);
+  a.wq = weight(p + "attn_q.weight", c.n_embd, q_dim, true, Split::Out);
+  a.wk = kv_share(weight(p + "attn_k.weight", c.n_embd, kv_dim));
+  a.wv = kv_share(weight(p + "attn_v.weight", c.n_embd, kv_dim));
+  a.wo = weight(p + "attn_output.weight", q_dim, c.n_embd, true, Split::In);
   if (biases) {
-    a.bq = vector_f32(p + "attn_q.bias", q_dim);
-    a.bk = vector_f32(p + "attn_k.bias", kv_dim);
-    a.bv = vector_f32(p + "attn_v.bias", kv_dim);
+    a.bq = share(vector_f32(p + "attn_q.bias", q_dim));
+    a.bk = kv_share(vector_f32(p + "attn_k.bias", kv_dim));
+    a.bv = kv_share(vector_f32(p + "attn_v.bias", kv_dim));
   }
   if (qk_norm) {
     a.q_norm = vector_f32(p + "attn_q_norm.weight", c.head_dim);
@@ -278,9 +376,9 @@ void Transformer::bind_attention(const std::string& p, AttnWeights& a, bool bias
 
 void Transformer::bind_ffn(const std::string& p, FfnWeights& f) {
   const ModelConfig& c = config_;
-  f.gate = weight(p + "ffn_gate.weight", c.n_embd, c.n_ff);
-  f.up = weight(p + "ffn_up.weight", c.n_embd, c.n_ff);
-  f.down = weight(p + "ffn_down.weight", c.n_ff, c.n_embd);
+  f.gate = weight(p + "ffn_gate.weight", c.n_embd, c.n_ff, true, Split::Out);
+  f.up = weight(p + "ffn_up.weight", c.n_embd, c.n_ff, true, Split::Out);
+  f.down = weight(p + "ffn_down.weight", c.n_ff, c.n_embd, true, Split::In);
 }
 
 void Transformer::bind_each_layer(const std::function<void(const std::string& prefix, LayerWeights& L)>& bind) {
@@ -308,8 +406,8 @@ void Transformer::bind_layers(bool biases, bool qk_norm) {
 }
 
 DenseTransformer::DenseTransformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool biases,
-                                   bool qk_norm, Configure configure)
-    : Transformer(std::move(gguf), std::move(tok), false) {
+                                   bool qk_norm, Configure configure, std::shared_ptr<TpGroup> tp)
+    : Transformer(std::move(gguf), std::move(tok), false, std::move(tp)) {
   read_shape();
   configure(*this);
   setup_rope(/*neox=*/true);
@@ -321,6 +419,7 @@ DenseTransformer::DenseTransformer(std::unique_ptr<GgufFile> gguf, std::unique_p
 void Transformer::forward(const Batch& batch, KvCache& kv, Backend& be, Workspace& ws, float* logits,
                           const uint8_t* skip) const {
   if (config_.encoder_only) raise(Status::InvalidArgument, "'%s' is an embedding model: it does not generate", config_.arch.c_str());
+  if (tp_ && tp_->leader()) tp_->announce_pass(batch, &kv, skip, config_.n_layer, /*encode=*/false, false);
   Pass p = begin(batch, &kv, be, ws);  // embeddings scaled by config.embed_scale
   if (p.m == 0) return;
   run_layers(p, skip);
@@ -335,10 +434,12 @@ void Transformer::run_layers(Pass& p, const uint8_t* skip) const {
     const LayerWeights& L = layers_[l];
     norm(p, L.attn_norm, p.x, p.xb);
     attention(p, l, L.attn, p.xb, p.xb);  // window, soft-cap, scale: config and L.attn
+    reduce(p, p.xb, n);                   // tensor parallelism: the heads' parts summed
     if (!L.post_attn_norm.empty()) norm(p, L.post_attn_norm, p.xb, p.xb);
     be.add(p.x, p.xb, n);
     norm(p, L.ffn_norm, p.x, p.xb);
     ffn(p, l, p.xb, p.xb);
+    reduce(p, p.xb, n);  // the FFN units' parts
     if (!L.post_ffn_norm.empty()) norm(p, L.post_ffn_norm, p.xb, p.xb);
     be.add(p.x, p.xb, n);
   }
@@ -346,6 +447,7 @@ void Transformer::run_layers(Pass& p, const uint8_t* skip) const {
 
 void Transformer::encode(const Batch& batch, Backend& be, Workspace& ws, float* out, bool rank) const {
   if (rank) raise(Status::InvalidArgument, "'%s' has no classifier head: it cannot rerank", config_.arch.c_str());
+  if (tp_ && tp_->leader()) tp_->announce_pass(batch, nullptr, nullptr, config_.n_layer, /*encode=*/true, false);
   Pass p = begin(batch, nullptr, be, ws);
   if (p.m == 0) return;
   run_layers(p, nullptr);
@@ -362,8 +464,8 @@ void Transformer::for_each_weight(const std::function<void(const WeightView&)>& 
 void Transformer::reserve_workspace(Workspace& ws, Backend& be, int64_t m) const {
   if (vocab_only_ || m <= 0) return;
   const ModelConfig& c = config_;
-  const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(lh_) * c.head_dim;  // this rank's heads
+  const int64_t kv_dim = static_cast<int64_t>(lkv_) * c.head_dim;
   BackendWorkspace& dws = ws.on(be);
   dws.get<float>(kSlotX, m * d);
   dws.get<float>(kSlotXb, m * std::max(d, q_dim));
@@ -371,11 +473,11 @@ void Transformer::reserve_workspace(Workspace& ws, Backend& be, int64_t m) const
   dws.get<float>(kSlotK, m * kv_dim);
   dws.get<float>(kSlotV, m * kv_dim);
   dws.get<float>(kSlotAtt, m * q_dim);
-  dws.get<float>(kSlotGate, m * c.n_ff);
-  dws.get<float>(kSlotUp, m * c.n_ff);
+  dws.get<float>(kSlotGate, m * lff_);
+  dws.get<float>(kSlotUp, m * lff_);
   if (ws.tables.size() < static_cast<size_t>(m)) ws.tables.resize(static_cast<size_t>(m));
   if (!perms_.empty())  // act-order weights: their gathered inputs (permuted())
-    for (int i = 0; i < 3; ++i) dws.get<float>(kSlotXperm + i, m * std::max({d, q_dim, static_cast<int64_t>(c.n_ff)}));
+    for (int i = 0; i < 3; ++i) dws.get<float>(kSlotXperm + i, m * std::max({d, q_dim, static_cast<int64_t>(lff_)}));
 }
 
 Pass Transformer::begin(const Batch& batch, KvCache* kv, Backend& be, Workspace& ws) const {
@@ -396,16 +498,16 @@ Pass Transformer::begin(const Batch& batch, KvCache* kv, Backend& be, Workspace&
   BackendWorkspace& dws = ws.on(be);
   Pass p{batch, kv, be, ws, dws, m, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, {}, {}};
   if (m == 0) return p;
-  const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  const int64_t d = c.n_embd, q_dim = static_cast<int64_t>(lh_) * c.head_dim;  // this rank's heads
+  const int64_t kv_dim = static_cast<int64_t>(lkv_) * c.head_dim;
   p.x = dws.get<float>(kSlotX, m * d);
   p.xb = dws.get<float>(kSlotXb, m * std::max(d, q_dim));
   p.q = dws.get<float>(kSlotQ, m * q_dim);
   p.k = dws.get<float>(kSlotK, m * kv_dim);
   p.v = dws.get<float>(kSlotV, m * kv_dim);
   p.att = dws.get<float>(kSlotAtt, m * q_dim);
-  p.gate = dws.get<float>(kSlotGate, m * c.n_ff);
-  p.up = dws.get<float>(kSlotUp, m * c.n_ff);
+  p.gate = dws.get<float>(kSlotGate, m * lff_);
+  p.up = dws.get<float>(kSlotUp, m * lff_);
   // The edge in: token ids (get_rows), positions and block tables (host
   // metadata, copied once per pass by a device backend).
   if (ws.tables.size() < static_cast<size_t>(m)) ws.tables.resize(static_cast<size_t>(m));
@@ -423,8 +525,8 @@ void Transformer::attention(Pass& p, int layer, const AttnWeights& a, const floa
   const ModelConfig& c = config_;
   Backend& be = p.be;
   const int64_t m = p.m;
-  const int64_t q_dim = static_cast<int64_t>(c.n_head) * c.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(lh_) * c.head_dim;  // this rank's heads
+  const int64_t kv_dim = static_cast<int64_t>(lkv_) * c.head_dim;
   // Act-order weights multiply x[perm]; q, k and v share one gathered copy
   // when their permutations are the same (as GPTQ's are: one input, one order).
   const float* xq = permuted(p, a.wq, in, m, 0);
@@ -439,19 +541,19 @@ void Transformer::attention(Pass& p, int layer, const AttnWeights& a, const floa
     be.add_bias(p.v, a.bv.data(), m, kv_dim);
   }
   if (!a.q_norm.empty()) {  // per head: rows of head_dim values
-    be.rms_norm(p.q, a.q_norm.data(), m * c.n_head, c.head_dim, c.rms_eps, p.q);
-    be.rms_norm(p.k, a.k_norm.data(), m * c.n_head_kv, c.head_dim, c.rms_eps, p.k);
+    be.rms_norm(p.q, a.q_norm.data(), m * lh_, c.head_dim, c.rms_eps, p.q);
+    be.rms_norm(p.k, a.k_norm.data(), m * lkv_, c.head_dim, c.rms_eps, p.k);
   }
-  be.rope(p.q, m, c.n_head, c.head_dim, p.batch.pos.data(), p.rp);
-  be.rope(p.k, m, c.n_head_kv, c.head_dim, p.batch.pos.data(), p.rp);
+  be.rope(p.q, m, lh_, c.head_dim, p.batch.pos.data(), p.rp);
+  be.rope(p.k, m, lkv_, c.head_dim, p.batch.pos.data(), p.rp);
   p.ab.window = a.window;
   if (!p.kv) {  // an encode pass: within the batch, no KV
     if (a.window > 0 || c.attn_softcap > 0)
       raise(Status::Unsupported, "embedding with sliding-window or soft-capped attention is not supported");
-    be.attention_dense(p.q, p.k, p.v, p.ab, c.n_head, c.n_head_kv, c.head_dim, attn_scale_, c.causal, p.att);
+    be.attention_dense(p.q, p.k, p.v, p.ab, lh_, lkv_, c.head_dim, attn_scale_, c.causal, p.att);
   } else {
     be.kv_write(p.kv->memory(), layer, p.k, p.v, p.ab);
-    be.attention(p.q, p.kv->memory(), layer, p.ab, c.n_head, attn_scale_, p.att);
+    be.attention(p.q, p.kv->memory(), layer, p.ab, lh_, attn_scale_, p.att);
   }
   linear(p, a.wo, p.att, m, out);
 }
@@ -464,9 +566,9 @@ void Transformer::gated_ffn(Pass& p, const FfnWeights& f, const float* in, float
   be.matmul(f.gate, xg, p.m, p.gate);
   be.matmul(f.up, xu, p.m, p.up);
   if (c.ffn_act == "gelu")
-    be.geglu(p.gate, p.up, p.gate, p.m * c.n_ff);
+    be.geglu(p.gate, p.up, p.gate, p.m * lff_);
   else
-    be.swiglu(p.gate, p.up, p.gate, p.m * c.n_ff);
+    be.swiglu(p.gate, p.up, p.gate, p.m * lff_);
   linear(p, f.down, p.gate, p.m, out);
 }
 
@@ -479,12 +581,37 @@ void Transformer::output(Pass& p, float* logits) const {
   float* rows = p.dws.get<float>(kSlotRows, nr * d);
   p.be.gather_rows(p.x, p.batch.logit_rows.data(), nr, d, rows);
   p.be.rms_norm(rows, output_norm_.data(), nr, d, c.rms_eps, rows);
+  if (tp_) return output_shared(p, rows, nr, logits);
   // The edge out: on the CPU the head writes `logits` itself.
   const size_t bytes = sizeof(float) * static_cast<size_t>(nr) * static_cast<size_t>(c.n_vocab);
   float* out = static_cast<float*>(p.dws.output(kSlotLogits, logits, bytes));
   linear(p, output_, rows, nr, out);
   if (c.final_softcap > 0) p.be.softcap(out, nr * c.n_vocab, c.final_softcap);
   p.dws.download(logits, out, bytes);
+}
+
+void Transformer::output_shared(Pass& p, const float* rows, int64_t nr, float* logits) const {
+  // Each rank's run of vocabulary rows, gathered: rank q's part of row i
+  // is logits[i][q chunk, q chunk + its rows). Host memory (tensor
+  // parallelism runs on the CPU backend).
+  const int64_t V = config_.n_vocab, chunk = vocab_chunk_, n = tp_size();
+  float* part = p.dws.get<float>(kSlotLogits, nr * chunk);
+  linear(p, output_, rows, nr, part);  // [nr][vocab_n_]
+  if (config_.final_softcap > 0) p.be.softcap(part, nr * vocab_n_, config_.final_softcap);
+  if (vocab_n_ < chunk)  // the last rank's shorter run: rows restrided to the chunk, tails zeroed
+    for (int64_t i = nr - 1; i >= 0; --i) {
+      std::memmove(part + i * chunk, part + i * vocab_n_, sizeof(float) * static_cast<size_t>(vocab_n_));
+      std::fill(part + i * chunk + vocab_n_, part + (i + 1) * chunk, 0.0f);
+    }
+  std::vector<float>& all = p.ws.gathered;
+  all.resize(static_cast<size_t>(n * nr * chunk));
+  Communicator& comm = tp_->comm();
+  tp_->check(comm.all_gather(part, sizeof(float) * static_cast<size_t>(nr * chunk), all.data()));
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t first = q * chunk, cnt = std::min(chunk, V - first);
+    for (int64_t i = 0; i < nr; ++i)
+      std::memcpy(logits + i * V + first, all.data() + (q * nr + i) * chunk, sizeof(float) * static_cast<size_t>(cnt));
+  }
 }
 
 void Transformer::output_hidden(Pass& p, float* out) const {

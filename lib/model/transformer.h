@@ -67,6 +67,13 @@ struct Pass {
   RopeParams rp;
 };
 
+// How a matrix is divided between the ranks of a tensor-parallel group
+// (dist/tp.h): Out gives each rank a contiguous run of n_out / N rows
+// (column-parallel: Q/K/V by heads, FFN gate/up by units), In a run of
+// n_in / N input columns of every row (row-parallel: the attention output
+// and FFN down projections, whose partial products the group sums).
+enum class Split { None, Out, In };
+
 class Transformer : public Model {
  public:
   // The pre-norm residual stack every architecture here runs:
@@ -83,7 +90,9 @@ class Transformer : public Model {
   void encode(const Batch& batch, Backend& be, Workspace& ws, float* out, bool rank) const override;
 
  protected:
-  Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only);
+  // tp: the tensor-parallel group this rank loads its share for (null: the whole model).
+  Transformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool vocab_only,
+              std::shared_ptr<TpGroup> tp = nullptr);
 
   // ---- configuration ----
   std::string key(const char* suffix) const { return config_.arch + "." + suffix; }
@@ -104,7 +113,26 @@ class Transformer : public Model {
   // A matrix of n_out rows of n_in values (GGUF dims [n_in, n_out]), with
   // its input permutation when the file has "<name>.perm" (act-order GPTQ:
   // I32, n_in values, a permutation; Error(Format) otherwise).
-  WeightView weight(const std::string& name, int64_t n_in, int64_t n_out, bool required = true) const;
+  // `split`: this rank's share under tensor parallelism (Split::None, or a
+  // single process: the whole matrix). Error(Unsupported) naming the tensor
+  // when the share would cut a quantized block or the act-order
+  // permutation of an input split.
+  WeightView weight(const std::string& name, int64_t n_in, int64_t n_out, bool required = true,
+                    Split split = Split::None) const;
+  // This rank's share of a matrix bound whole (a part of a fused tensor):
+  // Out: rows [r n_out / N, (r + 1) n_out / N) of w; In: those input columns
+  // of every row, copied out of the file. w itself when not split.
+  WeightView share(const WeightView& w, Split split, const std::string& name) const;
+  // This rank's part of a vector laid out like an Out-split matrix's rows
+  // (projection biases): elements [r n / N, (r + 1) n / N).
+  std::vector<float> share(const std::vector<float>& v) const;
+  // This rank's KV heads of a K or V projection (rows) or its bias: its
+  // share, or with fewer KV heads than ranks the one its query heads read.
+  WeightView kv_share(const WeightView& w) const;
+  std::vector<float> kv_share(const std::vector<float>& v) const;
+  // Sums a row-parallel block's partial results over the group (in place,
+  // n floats of backend memory); nothing in a single process.
+  void reduce(Pass& p, float* x, int64_t n) const;
   // Rows [first, first + n) of a matrix, as a matrix of its own (fused
   // tensors: Phi-3's attn_qkv and gate+up).
   WeightView rows(const WeightView& w, int64_t first, int64_t n) const;
@@ -155,9 +183,23 @@ class Transformer : public Model {
   }
   // Logits of the batch's logit_rows, into host memory (the edge out).
   void output(Pass& p, float* logits) const;
+  // Tensor parallelism: the head over this rank's vocabulary rows for the
+  // final-normed `rows`, all-gathered into logits.
+  void output_shared(Pass& p, const float* rows, int64_t nr, float* logits) const;
   // The final-normed hidden states of the batch's logit_rows, into `out`
   // (host memory, n_embd floats per row).
   void output_hidden(Pass& p, float* out) const;
+
+  // ---- this rank's share (tensor parallelism; the whole model otherwise) ----
+  // Set by finish_config(): heads, KV heads and FFN units of this rank, and
+  // its rows of the output head: [vocab_first_, vocab_first_ + vocab_n_),
+  // vocab_chunk_ per rank (the last rank's may be shorter).
+  int tp_size() const { return tp_ ? tp_->size() : 1; }
+  int tp_rank() const { return tp_ ? tp_->rank() : 0; }
+  int32_t lh_ = 0, lkv_ = 0, lff_ = 0;
+  int32_t kv_first_ = 0;  // this rank's first KV head
+  int64_t vocab_first_ = 0, vocab_n_ = 0, vocab_chunk_ = 0;
+  mutable std::deque<std::vector<uint8_t>> owned_;  // input-column shares copied out of the file
 
   std::vector<LayerWeights> layers_;
   mutable std::deque<WeightCache> caches_;  // one per bound matrix (stable addresses)
@@ -179,7 +221,7 @@ class DenseTransformer final : public Transformer {
  public:
   using Configure = void (*)(DenseTransformer&);
   DenseTransformer(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok, bool biases, bool qk_norm,
-                   Configure configure);
+                   Configure configure, std::shared_ptr<TpGroup> tp);
   // For `configure`: the config being built and the metadata readers.
   ModelConfig& cfg() { return config_; }
   const GgufFile& file() const { return *gguf_; }
