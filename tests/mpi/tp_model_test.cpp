@@ -20,7 +20,8 @@
 // Exit: 0 all passed, 1 a failure (printed as "FAIL ..."), 77 this build
 // has no MPI (skipped). Arguments: DIR (scratch files) [--only SUBSTR]
 // [--no-rss] [--rss-only] [--dry: one process, no MPI, whole models on both
-// sides: checks the harness itself].
+// sides: checks the harness itself] [--local: no MPI, the two ranks are
+// threads joined by make_local_group: the TP core without a launcher].
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +31,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -58,12 +60,17 @@ constexpr double kF32Tol = 1e-4;
 // largest logit magnitude of the row (at least 1e-3).
 constexpr double kQ4Rel = 1e-3;
 
-int g_rank = 0, g_size = 1;
+// Per rank: in --local mode the ranks are threads of this process.
+thread_local int g_rank = 0;
+int g_size = 1;
 // --dry: no MPI; one process plays both sides (whole models), so the
 // harness itself (cases, features, bounds) can be checked without TP.
 bool g_dry = false;
-int g_failures = 0;
-std::shared_ptr<Communicator> g_comm;  // the harness's own (barriers, results)
+// --local: no MPI; the ranks are threads joined by make_local_group (the
+// tensor-parallel core tested without a launcher; no memory check).
+bool g_local = false;
+thread_local int g_failures = 0;
+thread_local std::shared_ptr<Communicator> g_comm;  // the harness's own (barriers, results)
 
 void fail(const std::string& what) {
   std::fprintf(stderr, "FAIL rank %d: %s\n", g_rank, what.c_str());
@@ -83,7 +90,7 @@ void note(const std::string& what) {
 [[noreturn]] void fatal(const std::string& what) {
   std::fprintf(stderr, "FAIL rank %d (fatal, ending the job): %s\n", g_rank, what.c_str());
   std::fflush(stderr);
-  g_comm->abort(1);
+  if (!g_local) g_comm->abort(1);
   std::_Exit(1);
 }
 
@@ -127,7 +134,11 @@ bool q4_splittable(const SynthPreset& p, int n) {
   return ok(p.n_embd) && ok(p.n_ff) && ok(attn);
 }
 
-bool heads_splittable(const SynthPreset& p, int n) { return p.n_head % n == 0 && p.n_head_kv % n == 0; }
+// Query heads split N ways; KV heads too, or (fewer KV heads than ranks,
+// MQA) each rank keeps a copy of the KV head its query heads use.
+bool heads_splittable(const SynthPreset& p, int n) {
+  return p.n_head % n == 0 && (p.n_head_kv % n == 0 || n % p.n_head_kv == 0);
+}
 
 bool is_encoder(const SynthPreset& p) {
   return std::strcmp(p.arch, "bert") == 0 || std::strcmp(p.arch, "nomic-bert") == 0;
@@ -152,6 +163,18 @@ void write_model(const Case& c) {
     write_synth_model(c.preset, model_path(c), o);
   }
   barrier();
+}
+
+// A fresh communicator of the group for one model (every rank calls it).
+std::vector<std::shared_ptr<Communicator>> g_local_slot;
+std::shared_ptr<Communicator> new_comm() {
+  if (!g_local) return make_mpi_comm();
+  barrier();
+  if (g_rank == 0) g_local_slot = make_local_group(g_size);
+  barrier();
+  std::shared_ptr<Communicator> c = g_local_slot[static_cast<size_t>(g_rank)];
+  barrier();
+  return c;
 }
 
 // ---------------------------------------------------------------- runs
@@ -286,7 +309,7 @@ std::unique_ptr<Model> load_tp(const Case& c, std::string* err) {
   std::unique_ptr<Model> m;
   Status st = Status::Ok;
   try {
-    if (!g_dry) lo.comm = make_mpi_comm();
+    if (!g_dry) lo.comm = new_comm();
     m = Model::load(model_path(c), lo);
   } catch (const Error& e) {
     st = e.status();
@@ -552,38 +575,18 @@ void check_rss(const Case& c) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "--mpi-built") == 0) return mpi_built() ? 0 : 77;
-  for (int i = 2; i < argc; ++i) g_dry = g_dry || std::strcmp(argv[i], "--dry") == 0;
-  if (!mpi_built() && !g_dry) {
-    std::printf("SKIPPED: this build has no MPI (INFER_MPI)\n");
-    return 77;
-  }
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s DIR [--only SUBSTR] [--no-rss] [--rss-only] [--dry]\n", argv[0]);
-    return 2;
-  }
-  g_dir = argv[1];
+struct Options {
   std::string only;
   bool rss = true, rss_only = false;
-  for (int i = 2; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
-    if (std::strcmp(argv[i], "--no-rss") == 0) rss = false;
-    if (std::strcmp(argv[i], "--rss-only") == 0) rss_only = true;
-  }
-  try {
-    g_comm = g_dry ? std::shared_ptr<Communicator>(make_single_comm()) : make_mpi_comm();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAIL: make_mpi_comm: %s\n", e.what());
-    return 1;
-  }
+};
+
+// One rank's whole run over the harness communicator `comm`.
+int rank_main(std::shared_ptr<Communicator> comm, const Options& opt) {
+  g_comm = std::move(comm);
   g_comm->set_timeout_ms(600000);
   g_rank = g_comm->rank();
-  g_size = g_dry ? 2 : g_comm->size();
-  if (g_size < 2) {
-    std::fprintf(stderr, "FAIL: run under mpirun -np 2 or more (size %d)\n", g_size);
-    return 1;
-  }
+  const std::string& only = opt.only;
+  const bool rss = opt.rss && !g_local, rss_only = opt.rss_only;
   if (g_rank == 0) {
     std::string cmd = "mkdir -p '" + g_dir + "'";
     if (std::system(cmd.c_str()) != 0) return 1;
@@ -603,11 +606,7 @@ int main(int argc, char** argv) {
       cases.push_back({n, *p, t});
       SynthPreset v = *p;
       std::string vname = n;
-      // A split-friendly variant of each shape the split refuses.
-      if (!heads_splittable(v, g_size)) {
-        v.n_head_kv = g_size;
-        vname += "+kv" + std::to_string(g_size);
-      }
+      // A split-friendly variant of each Q4_0 shape the split refuses.
       if (t == DType::Q4_0 && !q4_splittable(v, g_size)) {
         v.n_ff = 64 * g_size;
         vname += "+ff" + std::to_string(v.n_ff);
@@ -638,4 +637,52 @@ int main(int argc, char** argv) {
   const int total = sum_ranks(g_failures);
   if (g_rank == 0) std::printf("%s: %d failure(s) over %d ranks\n", total ? "FAILED" : "PASSED", total, g_size);
   return total ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--mpi-built") == 0) return mpi_built() ? 0 : 77;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s DIR [--only SUBSTR] [--no-rss] [--rss-only] [--dry | --local]\n", argv[0]);
+    return 2;
+  }
+  g_dir = argv[1];
+  Options opt;
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) opt.only = argv[++i];
+    if (std::strcmp(argv[i], "--no-rss") == 0) opt.rss = false;
+    if (std::strcmp(argv[i], "--rss-only") == 0) opt.rss_only = true;
+    if (std::strcmp(argv[i], "--dry") == 0) g_dry = true;
+    if (std::strcmp(argv[i], "--local") == 0) g_local = true;
+  }
+  if (g_dry) {
+    g_size = 2;  // the cases of two ranks, both sides run whole
+    return rank_main(make_single_comm(), opt);
+  }
+  if (g_local) {
+    g_size = 2;
+    auto group = make_local_group(g_size);
+    std::vector<int> rc(static_cast<size_t>(g_size));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < g_size; ++r)
+      ts.emplace_back([&, r] { rc[static_cast<size_t>(r)] = rank_main(group[static_cast<size_t>(r)], opt); });
+    for (auto& t : ts) t.join();
+    return *std::max_element(rc.begin(), rc.end());
+  }
+  if (!mpi_built()) {
+    std::printf("SKIPPED: this build has no MPI (INFER_MPI)\n");
+    return 77;
+  }
+  std::shared_ptr<Communicator> comm;
+  try {
+    comm = make_mpi_comm();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAIL: make_mpi_comm: %s\n", e.what());
+    return 1;
+  }
+  g_size = comm->size();
+  if (g_size < 2) {
+    std::fprintf(stderr, "FAIL: run under mpirun -np 2 or more (size %d)\n", g_size);
+    return 1;
+  }
+  return rank_main(comm, opt);
 }
