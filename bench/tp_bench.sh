@@ -70,19 +70,21 @@ med = {c: {k: statistics.median(v) for k, v in d.items()} for c, d in vals.items
 def get(c, k):
     return med.get(c, {}).get(k)
 base_d, base_p = get("single_t1", "decode_tokens_per_s"), get("single_t1", "prefill_tokens_per_s")
-comm_keys = sorted({k for d in med.values() for k in d if "comm" in k})
-print("| configuration | decode tok/s | x single -t 1 | prefill 512 tok/s | x single -t 1 | " +
-      " | ".join(comm_keys) + (" |" if comm_keys else ""))
-print("|---|---|---|---|---|" + "---|" * len(comm_keys))
+print("| configuration | decode tok/s | x single -t 1 | prefill 512 tok/s | x single -t 1 | "
+      "comm ms / token | comm share of decode | comm KB / token |")
+print("|---|---|---|---|---|---|---|---|")
 for c in cfgs:
     d, p = get(c, "decode_tokens_per_s"), get(c, "prefill_tokens_per_s")
     if d is None:
         print(f"| {c} | (no result) |")
         continue
     row = f"| {c} | {d:.2f} | {d / base_d:.2f} | {p:.1f} | {p / base_p:.2f} |"
-    for k in comm_keys:
-        v = get(c, k)
-        row += f" {v:.4g} |" if v is not None else " - |"
+    cm, by, st = get(c, "comm_ms_per_token"), get(c, "decode_comm_bytes"), get(c, "decode_steps")
+    if cm is not None:
+        row += f" {cm:.2f} | {cm * d / 1000:.0%} |"
+        row += f" {by / st / 1024:.0f} |" if by and st else " - |"
+    else:
+        row += " - | - | - |"
     print(row)
 print(f"(medians of {len(vals.get('single_t1', {}).get('decode_tokens_per_s', []))} interleaved runs)")
 EOF
