@@ -91,6 +91,14 @@ void MappedFile::release(const void* p, size_t n) const {
   if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
 }
 
+void MappedFile::advise_random(const void* p, size_t n) const {
+  if (!mapped_ || n == 0 || !contains(p)) return;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t hi = std::min(reinterpret_cast<uintptr_t>(p) + n, reinterpret_cast<uintptr_t>(data_) + size_);
+  ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_RANDOM);
+}
+
 void MappedFile::check_intact() const {
   if (fd_ < 0) return;
   struct stat st{};

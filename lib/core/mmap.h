@@ -39,6 +39,9 @@ class MappedFile {
   // later read brings them back from the file. No-op otherwise (memory
   // that was read or borrowed holds the only copy).
   void release(const void* p, size_t n) const;
+  // For a mapped file: reads of [p, p + n) fault in only the pages they
+  // touch, without the kernel's readahead (a table read by scattered rows).
+  void advise_random(const void* p, size_t n) const;
   bool contains(const void* p) const {
     const uint8_t* b = static_cast<const uint8_t*>(p);
     return b >= data_ && b < data_ + size_;

@@ -944,6 +944,12 @@ void GgufFile::release(const void* p, size_t n) const {
     if (f->contains(p)) return f->release(p, n);
 }
 
+void GgufFile::advise_random(const void* p, size_t n) const {
+  if (file_->contains(p)) return file_->advise_random(p, n);
+  for (const auto& f : more_)
+    if (f->contains(p)) return f->advise_random(p, n);
+}
+
 void GgufFile::release_all() const {
   for (const GgufTensorInfo& t : tensors_) release(tensor_data(t), t.nbytes);
 }

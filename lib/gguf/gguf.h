@@ -181,6 +181,8 @@ class GgufFile {
   void release(const void* p, size_t n) const;
   // Every tensor's pages.
   void release_all() const;
+  // MappedFile::advise_random of the file holding [p, p + n).
+  void advise_random(const void* p, size_t n) const;
 
  private:
   GgufFile() = default;

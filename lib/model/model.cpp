@@ -24,20 +24,23 @@ std::unique_ptr<Model> Model::load(const std::string& path, const LoadOptions& o
   // Weights are data: a NaN or Inf is a malformed file, reported here and not
   // as every request's failure later.
   if (!opts.vocab_only) check_finite_weights(*gguf);
+  // Identified while the check's pages are still in memory (sampling the
+  // tensors later would read them back in, with the kernel's readahead).
+  const int32_t tp_size = opts.comm ? opts.comm->size() : 1;
+  const uint64_t fp = file_fingerprint(*gguf, tp_size);
   // Tensor parallelism: this process loads its rank's share (model/tp.h).
   std::shared_ptr<TpGroup> tp;
-  if (opts.comm && opts.comm->size() > 1) {
+  if (tp_size > 1) {
     if (opts.vocab_only) raise(Status::InvalidArgument, "a vocabulary-only load cannot be split between ranks");
     tp = std::make_shared<TpGroup>(opts.comm);
     // The check read every page; a rank keeps only those of its share.
     gguf->release_all();
   }
   std::unique_ptr<Model> m = create(std::move(gguf), std::move(tok), arch, opts.vocab_only, tp);
-  if (tp) {
-    // Every rank must hold the same file, split the same way: compared
-    // before any pass (a rank with another file would compute garbage).
-    tp->agree(m->fingerprint(), "the model");
-  }
+  m->fingerprint_ = fp;
+  // Every rank must hold the same file, split the same way: compared
+  // before any pass (a rank with another file would compute garbage).
+  if (tp) tp->agree(fp, "the model");
   return m;
 }
 
@@ -76,7 +79,7 @@ KvLayout Model::kv_layout() const {
   return l;
 }
 
-uint64_t Model::fingerprint() const {
+uint64_t Model::file_fingerprint(const GgufFile& g, int32_t tp_size) {
   // FNV-1a over the metadata's keys, the tensor table, 64 bytes at the
   // start, middle and end of every tensor, and the split. Cheap (no full
   // read of a 70B file) and enough to tell two different files apart: a
@@ -87,7 +90,6 @@ uint64_t Model::fingerprint() const {
     const uint8_t* b = static_cast<const uint8_t*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
   };
-  const GgufFile& g = *gguf_;
   for (const auto& kv : g.metadata()) mix(kv.first.data(), kv.first.size());
   for (const GgufTensorInfo& t : g.tensors()) {
     mix(t.name.data(), t.name.size());
@@ -99,7 +101,7 @@ uint64_t Model::fingerprint() const {
     if (data && n > 0)
       for (size_t at : {size_t{0}, (t.nbytes - n) / 2, t.nbytes - n}) mix(data + at, n);
   }
-  mix(&config_.tp_size, sizeof config_.tp_size);
+  mix(&tp_size, sizeof tp_size);
   return h;
 }
 

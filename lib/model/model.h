@@ -181,13 +181,15 @@ class Model {
   // Identifies the model's bytes as loaded (metadata, tensor table and a
   // sample of every tensor's data, plus the split): what ranks compare at
   // start-up so a mismatched file or split fails clearly.
-  uint64_t fingerprint() const;
+  uint64_t fingerprint() const { return fingerprint_; }
   // The backend the model was prepared for at load (engines create it).
   BackendKind backend() const { return backend_; }
   void set_backend(BackendKind k) { backend_ = k; }
 
  protected:
   Model() = default;
+  // What fingerprint() returns, computed from the file at load.
+  static uint64_t file_fingerprint(const GgufFile& gguf, int32_t tp_size);
   // The architecture's factory (load() after the file is open and checked).
   static std::unique_ptr<Model> create(std::unique_ptr<GgufFile> gguf, std::unique_ptr<Tokenizer> tok,
                                        const std::string& arch, bool vocab_only, std::shared_ptr<TpGroup> tp);
@@ -198,6 +200,7 @@ class Model {
   BackendKind backend_ = BackendKind::Cpu;
   uint64_t n_params_ = 0, n_bytes_ = 0;
   std::shared_ptr<TpGroup> tp_;
+  uint64_t fingerprint_ = 0;
 };
 
 // Architecture factories (one file each, over lib/model/transformer.h).

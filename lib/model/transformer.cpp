@@ -1,5 +1,7 @@
 #include "model/transformer.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -272,15 +274,28 @@ WeightView Transformer::share(const WeightView& w, Split split, const std::strin
   const bool w8 = w.type == DType::W8A8;  // one byte per value, the row scales apply to every part
   const size_t part = w8 ? static_cast<size_t>(k) : dtype_row_bytes(w.type, k);
   const size_t offset = part * static_cast<size_t>(r);
-  std::vector<uint8_t>& buf = owned_.emplace_back(part * static_cast<size_t>(w.n_out));
-  for (int64_t row = 0; row < w.n_out; ++row) std::memcpy(buf.data() + part * row, w.row(row) + offset, part);
+  OwnedBytes& buf = owned_.emplace_back(part * static_cast<size_t>(w.n_out));
+  for (int64_t row = 0; row < w.n_out; ++row) std::memcpy(buf.data + part * row, w.row(row) + offset, part);
   gguf_->release(w.data, w.row_bytes * static_cast<size_t>(w.n_out));
   WeightView s = w;
   s.n_in = k;
-  s.data = buf.data();
+  s.data = buf.data;
   s.row_bytes = part;
   s.cache = &caches_.emplace_back();
   return s;
+}
+
+Transformer::OwnedBytes::OwnedBytes(size_t n) : size(n) {
+  if (n == 0) return;
+  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) raise(Status::OutOfMemory, "cannot allocate %zu bytes for a weight's share", n);
+  data = static_cast<uint8_t*>(p);
+}
+
+void Transformer::OwnedBytes::free() {
+  if (data) ::munmap(data, size);
+  data = nullptr;
+  size = 0;
 }
 
 std::vector<float> Transformer::share(const std::vector<float>& v) const {
@@ -351,6 +366,9 @@ void Transformer::bind_embeddings() {
   output_ = weight("output.weight", c.n_embd, c.n_vocab, /*required=*/false);
   config_.tied_embeddings = !output_.data;
   if (!output_.data) output_ = tok_embd_;  // tied embeddings
+  // A lookup reads scattered rows: fault in only their pages (readahead
+  // would bring most of the table into memory over a few hundred tokens).
+  gguf_->advise_random(tok_embd_.data, tok_embd_.row_bytes * static_cast<size_t>(tok_embd_.n_out));
   // Tensor parallelism: this rank's run of vocabulary rows (the embedding
   // itself stays whole: a lookup reads only the rows of its tokens).
   if (tp_size() > 1) output_ = rows(output_, vocab_first_, vocab_n_);
@@ -471,9 +489,13 @@ void Transformer::release_prepared(const std::function<bool(const WeightView&)>&
     ++n;
     bytes += w.row_bytes * static_cast<size_t>(w.n_out);
     gguf_->release(w.data, w.row_bytes * static_cast<size_t>(w.n_out));
-    for (std::vector<uint8_t>& b : owned_)
-      if (!b.empty() && b.data() == w.data) std::vector<uint8_t>().swap(b);  // a share copied at load
+    for (OwnedBytes& b : owned_)
+      if (b.data == w.data) b.free();  // a share copied at load
   });
+  // Every other page read so far goes back too (the norms and biases read
+  // at load, with the kernel's readahead around them); a page read later
+  // comes back on demand.
+  gguf_->release_all();
   log(LogLevel::Info, "model: %d of %d weights (%.1f MiB) now live only in the backend's layout", n, total,
       bytes / 1048576.0);
 }

@@ -200,7 +200,19 @@ class Transformer : public Model {
   int32_t lh_ = 0, lkv_ = 0, lff_ = 0;
   int32_t kv_first_ = 0;  // this rank's first KV head
   int64_t vocab_first_ = 0, vocab_n_ = 0, vocab_chunk_ = 0;
-  mutable std::deque<std::vector<uint8_t>> owned_;  // input-column shares copied out of the file
+  // Input-column shares copied out of the file, in pages of their own so
+  // that freeing one (release_prepared) gives its memory back to the system
+  // (a heap block of that size may stay with the allocator).
+  struct OwnedBytes {
+    explicit OwnedBytes(size_t n);
+    ~OwnedBytes() { free(); }
+    OwnedBytes(const OwnedBytes&) = delete;
+    OwnedBytes& operator=(const OwnedBytes&) = delete;
+    void free();
+    uint8_t* data = nullptr;
+    size_t size = 0;
+  };
+  mutable std::deque<OwnedBytes> owned_;
 
   std::vector<LayerWeights> layers_;
   mutable std::deque<WeightCache> caches_;  // one per bound matrix (stable addresses)
