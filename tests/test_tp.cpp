@@ -3,6 +3,7 @@
 // everywhere, sanitizers included. The MPI runs (tests/mpi/) check the
 // same across processes.
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <thread>
 
@@ -12,6 +13,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "tools/synth.h"
+#include "hf_writer.h"
 #include "test_util.h"
 
 using namespace infer;
@@ -229,6 +231,22 @@ TEST_CASE("tensor parallel: engine features give the whole model's tokens", "[tp
   ls.spec_skip_layers = "1";
   ls.spec_max_batch = 0;
   cases.push_back({"layer-skip speculation", ls});
+  // A draft model (another tiny of the same vocabulary, whole, on rank 0
+  // alone: the followers never see it).
+  const std::string draft_path = infer_test::temp_dir() + "/tp-tiny-draft.gguf";
+  {
+    SynthOptions o;
+    o.type = DType::F32;
+    o.seed = 7;
+    write_synth_model(*find_synth_preset("tiny"), draft_path, o);
+  }
+  std::unique_ptr<Model> draft = Model::load(draft_path);
+  prepare_model(*draft, BackendKind::Cpu, 1);
+  EngineParams dr = base;
+  dr.spec = SpecMethod::Draft;
+  dr.draft_model = draft.get();
+  dr.spec_max_batch = 0;
+  cases.push_back({"draft-model speculation", dr});
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.name) {
       Run ref;
@@ -352,5 +370,30 @@ TEST_CASE("tensor parallel: ranks with different models or parameters fail at st
     INFO(e.what());
     REQUIRE(e.status() == Status::Backend);
     REQUIRE(std::string(e.what()).find("timed out after 300 ms") != std::string::npos);
+  }
+}
+
+TEST_CASE("tensor parallel: Hugging Face directories split like GGUF files", "[tp]") {
+  for (const char* preset : {"tiny", "tiny-qwen2", "tiny-phi3", "mixtral-tiny"}) {
+    DYNAMIC_SECTION(preset) {
+      const std::string gguf = synth(preset, DType::F32);
+      std::unique_ptr<Model> ref = Model::load(gguf);
+      const std::string dir = infer_test::temp_dir() + "/tp-hf-" + preset;
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+      infer_test::gguf_to_hf_dir(ref->gguf(), dir);
+      std::unique_ptr<Model> whole = Model::load(dir);
+      prepare_model(*whole, BackendKind::Cpu, 1);
+      EngineParams ep;
+      ep.n_threads = 1;
+      const std::vector<RequestParams> rps = requests(*whole, 2, 5);
+      Run want;
+      {
+        Engine engine(*whole, ep);
+        want = collect(engine, rps);
+      }
+      std::vector<std::unique_ptr<Model>> split = load_split(dir, 2);
+      require_same(run_split(split, ep, rps), want, 1e-4f);
+    }
   }
 }
