@@ -239,8 +239,14 @@ infer_status infer_model_load(const char* path, const infer_model_params* params
     const int64_t backend = infer::api::enum_value(p.backend);
     if (backend != INFER_BACKEND_AUTO && backend != INFER_BACKEND_CPU && backend != INFER_BACKEND_CUDA)
       return fail(INFER_ERR_INVALID_ARGUMENT, infer::strformat("unknown backend %lld", static_cast<long long>(backend)));
+    // Tensor parallelism runs on the CPU backend (AUTO picks it then): an
+    // explicit CUDA is refused before the backend is looked for, alike in
+    // builds with and without CUDA, on machines with and without a GPU.
+    if (p.tensor_parallel > 1 && backend == INFER_BACKEND_CUDA)
+      return fail(INFER_ERR_UNSUPPORTED,
+                  infer::strformat("tensor_parallel is %d but the backend is CUDA: tensor parallelism runs on the CPU "
+                                   "backend only (backend cpu)", static_cast<int>(p.tensor_parallel)));
     // Before reading the file: a backend that cannot run here fails at once.
-    // Tensor parallelism runs on the CPU backend: AUTO picks it then.
     const bool tp_auto_cpu = p.tensor_parallel > 1 && backend == INFER_BACKEND_AUTO;
     const infer::BackendKind kind =
         infer::resolve_backend(tp_auto_cpu ? infer::BackendKind::Cpu : static_cast<infer::BackendKind>(backend));

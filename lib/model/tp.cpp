@@ -9,6 +9,7 @@
 #include "model/tp.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -41,6 +42,16 @@ TpGroup::TpGroup(std::shared_ptr<Communicator> comm) : comm_(std::move(comm)) {
 void TpGroup::check(Status s) {
   if (s == Status::Ok) return;
   failed_ = true;
+  // The group cannot go on: a rank is gone or stuck mid-pass. Rank 0 ends
+  // the job, saying why (an MPI group: the launcher stops every rank, so a
+  // server does not stay up answering errors); the followers' callers end
+  // theirs from the Error (follow_engine). A communicator without a job to
+  // end (one process's threads) returns from abort: the Error then goes up.
+  if (leader()) {
+    std::fprintf(stderr, "libinfer: tensor parallel rank 0: %s; ending the job\n", comm_->last_error().c_str());
+    std::fflush(stderr);
+    comm_->abort(1);
+  }
   throw Error(s, comm_->last_error());
 }
 

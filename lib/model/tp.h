@@ -46,7 +46,9 @@ class TpGroup {
   bool leader() const { return comm_->rank() == 0; }
 
   // A collective's status: Ok passes; a failure marks the group broken
-  // (failed()) and raises Error with the communicator's message. Every
+  // (failed()) and raises Error with the communicator's message. On rank 0
+  // it first prints the reason on stderr and ends the job
+  // (Communicator::abort: MPI_Abort), as infer.h's tp_timeout_ms promises. Every
   // collective of a pass goes through here, so a follower can tell a broken
   // group (it must stop) from a pass that failed alike on every rank (a
   // batch rank 0 also refused: it goes on).
