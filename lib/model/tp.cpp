@@ -48,7 +48,7 @@ void TpGroup::check(Status s) {
   // theirs from the Error (follow_engine). A communicator without a job to
   // end (one process's threads) returns from abort: the Error then goes up.
   if (leader()) {
-    std::fprintf(stderr, "libinfer: tensor parallel rank 0: %s; ending the job\n", comm_->last_error().c_str());
+    std::fprintf(stderr, "libinfer: rank 0: %s; ending the job\n", comm_->last_error().c_str());
     std::fflush(stderr);
     comm_->abort(1);
   }
