@@ -13,6 +13,7 @@
 #include "cpu/kernels.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
+#include "cpu/ssm.h"
 #include "kv/kv_format.h"
 
 namespace infer {
@@ -176,6 +177,19 @@ class CpuBackend final : public Backend {
   void attention_dense(const float* q, const float* k, const float* v, const AttnBatch& b, int n_head, int n_head_kv,
                        int head_dim, float scale, bool causal, float* out) override {
     cpu::attention_dense(pool_, q, k, v, b, n_head, n_head_kv, head_dim, scale, causal, out);
+  }
+
+  // State-space layers: cpu/ssm.cpp.
+  void ssm_conv(KvMemory& kv, int ssm_layer, const SsmBatch& b, const float* x, int64_t x_stride, int64_t channels,
+                int d_conv, const float* w, const float* bias, float* out) override {
+    cpu::ssm_conv(pool_, kv, ssm_layer, b, x, x_stride, channels, d_conv, w, bias, out);
+  }
+  void ssm_scan(KvMemory& kv, int ssm_layer, const SsmBatch& b, const SsmScanParams& p) override {
+    cpu::ssm_scan(pool_, kv, ssm_layer, b, p);
+  }
+  void rms_norm_groups(const float* x, int64_t x_stride, const float* weight, int64_t m, int64_t n_group, int64_t gs,
+                       float eps, float* y) override {
+    cpu::rms_norm_groups(pool_, x, x_stride, weight, m, n_group, gs, eps, y);
   }
 
   void prepare_weight(const WeightView& w) override { cpu::prepare_weight(pool_, w); }

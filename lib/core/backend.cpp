@@ -19,5 +19,15 @@ void Backend::attention_dense(const float*, const float*, const float*, const At
                               float*) {
   raise(Status::Unsupported, "the %s backend does not run embedding models: attention without a KV cache", name());
 }
+void Backend::ssm_conv(KvMemory&, int, const SsmBatch&, const float*, int64_t, int64_t, int, const float*,
+                       const float*, float*) {
+  raise(Status::Unsupported, "the %s backend does not run state-space (Mamba) models: ssm_conv", name());
+}
+void Backend::ssm_scan(KvMemory&, int, const SsmBatch&, const SsmScanParams&) {
+  raise(Status::Unsupported, "the %s backend does not run state-space (Mamba) models: ssm_scan", name());
+}
+void Backend::rms_norm_groups(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float, float*) {
+  raise(Status::Unsupported, "the %s backend does not run state-space (Mamba) models: rms_norm_groups", name());
+}
 
 }  // namespace infer

@@ -130,6 +130,48 @@ struct RopeParams {
   float mscale = 1.0f;              // cos and sin multiplied by this (Phi-3 long-rope attention factor)
 };
 
+// The sequences of a batch as the state-space layers see them (model/mamba.h,
+// kv/kv_format.h: the recurrent state lives in the KV blocks). Sequence i
+// owns the batch rows [row0[i], row0[i] + n_rows[i]), at positions pos0[i],
+// pos0[i] + 1, ... of the sequence whose block table is table[i]. Its state
+// before row0[i] is read from block table[i][(pos0[i] - 1) / block_size]
+// (zeros when pos0[i] == 0), and the state after position p is written into
+// block table[i][p / block_size] for every p that is the last position of a
+// block and for the last row (the running state). Sequences are independent:
+// a batch names each at most once. Host memory.
+struct SsmBatch {
+  int32_t n_seqs = 0;
+  const int32_t* row0 = nullptr;
+  const int32_t* n_rows = nullptr;
+  const int32_t* pos0 = nullptr;
+  const int32_t* const* table = nullptr;
+};
+
+// One selective scan over a batch (Mamba-1 and Mamba-2 alike). The state of a
+// sequence is h[n_head][head_dim][d_state]; for each of its rows, in order:
+//   dt_h   = softplus(dt[h] + dt_bias[h])   (softplus(v) = v above 20, else log(1 + e^v))
+//   dA     = exp(dt_h * A[h][s])   (a_per_state; else exp(dt_h * A[h]) for every s)
+//   h[h][p][s] = h[h][p][s] * dA + dt_h * x[h][p] * B[g][s]   (g = h / (n_head / n_group))
+//   y[h][p]    = sum_s h[h][p][s] * C[g][s] + D[h] * x[h][p]
+//   y         *= silu(z)   (when z is given)
+// Mamba-1 is n_head = d_inner channels of head_dim 1 with A per state and one
+// group; Mamba-2 has scalar A per head, head_dim = d_inner / n_head, and
+// n_group groups of B and C. Activations (backend memory) are rows of the
+// batch at the given strides (in floats); weights are model memory.
+struct SsmScanParams {
+  int64_t n_head = 0, head_dim = 1, d_state = 0, n_group = 1;
+  const float* x = nullptr;   int64_t x_stride = 0;   // [m][n_head * head_dim]
+  const float* dt = nullptr;  int64_t dt_stride = 0;  // [m][n_head], before the bias and softplus
+  const float* B = nullptr;   int64_t b_stride = 0;   // [m][n_group][d_state]
+  const float* C = nullptr;   int64_t c_stride = 0;   // [m][n_group][d_state]
+  const float* z = nullptr;   int64_t z_stride = 0;   // [m][n_head * head_dim] gate; nullptr: none
+  float* y = nullptr;                                 // [m][n_head * head_dim], contiguous
+  const float* dt_bias = nullptr;                     // [n_head]; nullptr: none
+  const float* A = nullptr;                           // [n_head][d_state] or [n_head]
+  bool a_per_state = true;
+  const float* D = nullptr;                           // [n_head]; nullptr: none
+};
+
 // The activation buffers of one forward pass at a time, in one backend's
 // memory (see THE MEMORY CONTRACT above). Made by Backend::make_workspace,
 // used with that backend only; not thread-safe (one engine, one pass).
@@ -228,6 +270,32 @@ class Backend {
   // (grouped heads). b.table and b.window are not read.
   virtual void attention_dense(const float* q, const float* k, const float* v, const AttnBatch& b, int n_head,
                                int n_head_kv, int head_dim, float scale, bool causal, float* out);
+
+  // ---- state-space layers (model/mamba.h) ----
+  // A backend without them refuses state-space models with
+  // Error(Unsupported). The state lives in the KV pool's blocks
+  // (KvLayout::n_ssm_layers; SsmBatch says which block each sequence reads
+  // and writes).
+  // Causal depthwise convolution of each sequence's rows, continuing from
+  // its convolution state (the last d_conv - 1 inputs before its first row):
+  //   out[r][c] = silu(bias[c] + sum_{k < d_conv} w[c][k] * in[r - (d_conv - 1) + k][c])
+  // where inputs before the sequence's first row come from the state, and the
+  // state is updated to the last d_conv - 1 inputs (written as SsmBatch says).
+  // x: m rows of `channels` values at stride x_stride floats; out: [m]
+  // [channels], contiguous; w: [channels][d_conv], bias: [channels] (model memory).
+  virtual void ssm_conv(KvMemory& kv, int ssm_layer, const SsmBatch& b, const float* x, int64_t x_stride,
+                        int64_t channels, int d_conv, const float* w, const float* bias, float* out);
+  // The selective scan (SsmScanParams), reading and writing the scan state
+  // of layer ssm_layer as SsmBatch says.
+  virtual void ssm_scan(KvMemory& kv, int ssm_layer, const SsmBatch& b, const SsmScanParams& p);
+  // RMSNorm of each group of gs values: y[r][g][i] = x[r][g][i] /
+  // sqrt(mean_i(x[r][g][i]^2) + eps) * weight[g * gs + i], for m rows of
+  // n_group * gs values read at stride x_stride floats (>= n_group * gs); y
+  // is [m][n_group * gs], contiguous (y may not overlap x unless x_stride
+  // == n_group * gs). Mamba-2's grouped norm; n_group = 1 is a strided RMSNorm
+  // (Jamba's dt, B and C norms).
+  virtual void rms_norm_groups(const float* x, int64_t x_stride, const float* weight, int64_t m, int64_t n_group,
+                               int64_t gs, float eps, float* y);
 
   // ---- what the engine must know of the backend ----
   // Builds, now, every copy of w in the layouts this backend's kernels want

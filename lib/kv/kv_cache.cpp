@@ -16,8 +16,12 @@ namespace infer {
 // ---- cache ----
 
 KvCache::KvCache(const KvLayout& layout, const KvMemoryFactory& make_memory) : layout_(layout) {
-  if (layout.n_layers <= 0 || layout.n_kv_heads <= 0 || layout.head_dim <= 0 || layout.block_size <= 0 ||
-      layout.n_blocks <= 0 || layout.n_host_blocks < 0)
+  // A state-space model without attention (model/mamba.h) has recurrent
+  // state and no K/V: n_layers == 0.
+  const bool attn_ok = layout.n_layers == 0 ? layout.state_bytes() > 0
+                                            : layout.n_layers > 0 && layout.n_kv_heads > 0 && layout.head_dim > 0;
+  if (!attn_ok || layout.n_ssm_layers < 0 || layout.ssm_conv_elems < 0 || layout.ssm_state_elems < 0 ||
+      layout.block_size <= 0 || layout.n_blocks <= 0 || layout.n_host_blocks < 0)
     raise(Status::InvalidArgument, "impossible KV cache layout (%d layers, %d heads, dim %d, block %d, %d blocks)",
           layout.n_layers, layout.n_kv_heads, layout.head_dim, layout.block_size, layout.n_blocks);
   if (layout.type == KvType::I8 && layout.head_dim > 1024)

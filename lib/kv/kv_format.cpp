@@ -34,6 +34,16 @@ HostKvMemory::HostKvMemory(const KvLayout& layout, int n_blocks) : KvMemory(layo
       raise(Status::OutOfMemory, "cannot allocate the KV cache scales");
     }
   }
+  if (layout.state_bytes() > 0) {
+    const size_t sb = layout.state_bytes() * static_cast<size_t>(n_blocks);
+    void* sp = nullptr;
+    if (posix_memalign(&sp, 64, std::max<size_t>(sb, 64)) != 0) {
+      std::free(base_);
+      std::free(scales_);
+      raise(Status::OutOfMemory, "cannot allocate %zu bytes for the recurrent state", sb);
+    }
+    state_ = static_cast<float*>(sp);
+  }
   if (layout.type == KvType::I8) {
     const size_t n_off = static_cast<size_t>(layout.n_layers) * n_blocks * layout.n_kv_heads;
     offsets_ = static_cast<int8_t*>(std::calloc(std::max<size_t>(n_off * layout.head_dim, 1), 1));
@@ -43,6 +53,7 @@ HostKvMemory::HostKvMemory(const KvLayout& layout, int n_blocks) : KvMemory(layo
       std::free(scales_);
       std::free(offsets_);
       std::free(offset_scales_);
+      std::free(state_);
       raise(Status::OutOfMemory, "cannot allocate the KV cache offsets");
     }
   }
@@ -53,6 +64,7 @@ HostKvMemory::~HostKvMemory() {
   std::free(scales_);
   std::free(offsets_);
   std::free(offset_scales_);
+  std::free(state_);
 }
 
 void HostKvMemory::copy_block(int dst_block, const KvMemory& src_mem, int src_block) {
@@ -60,7 +72,8 @@ void HostKvMemory::copy_block(int dst_block, const KvMemory& src_mem, int src_bl
   const KvLayout& a = layout_;
   const KvLayout& b = src.layout();
   if (a.n_layers != b.n_layers || a.n_kv_heads != b.n_kv_heads || a.head_dim != b.head_dim ||
-      a.block_size != b.block_size || a.type != b.type)
+      a.block_size != b.block_size || a.type != b.type || a.n_ssm_layers != b.n_ssm_layers ||
+      a.ssm_conv_elems != b.ssm_conv_elems || a.ssm_state_elems != b.ssm_state_elems)
     raise(Status::Internal, "KV block copy between pools of different layouts");
   if (dst_block < 0 || dst_block >= n_blocks_ || src_block < 0 || src_block >= src.n_blocks())
     raise(Status::Internal, "KV block copy %d -> %d out of range", src_block, dst_block);
@@ -76,6 +89,7 @@ void HostKvMemory::copy_block(int dst_block, const KvMemory& src_mem, int src_bl
       std::memcpy(k_offset_scale(l, dst_block), src.k_offset_scale(l, src_block), a.n_kv_heads * sizeof(float));
     }
   }
+  if (a.state_bytes() > 0) std::memcpy(ssm_state(0, dst_block), src.ssm_state(0, src_block), a.state_bytes());
 }
 
 void HostKvMemory::touch(int n) {
@@ -85,6 +99,7 @@ void HostKvMemory::touch(int n) {
       std::memset(k(l, b), 0, block_bytes_);
       std::memset(v(l, b), 0, block_bytes_);
     }
+  if (layout_.state_bytes() > 0) std::memset(state_, 0, layout_.state_bytes() * static_cast<size_t>(n));
 }
 
 std::unique_ptr<KvMemory> make_host_kv_memory(const KvLayout& layout, int n_blocks, KvTier) {

@@ -51,6 +51,17 @@ struct KvLayout {
   int n_blocks = 0;        // primary blocks
   int n_host_blocks = 0;   // second (host) tier; 0 disables it
   KvType type = KvType::F32;
+  // Recurrent state (state-space layers: model/mamba.h). Every block also
+  // holds, for each of n_ssm_layers layers, the state after the last position
+  // written into it: ssm_conv_elems floats of convolution state ([d_conv - 1]
+  // [channels], oldest input first) followed by ssm_state_elems floats of
+  // scan state ([n_head][head_dim][d_state]). Always f32, whatever `type`
+  // (the element type of the attention layers' K and V). A full block thus
+  // keeps a snapshot of the state at its last position (what the prefix cache
+  // shares), and a sequence's running state lives in the block of its last
+  // computed position. n_layers counts the attention layers only.
+  int n_ssm_layers = 0;
+  int64_t ssm_conv_elems = 0, ssm_state_elems = 0;
 
   int kv_dim() const { return n_kv_heads * head_dim; }
   size_t elem_bytes() const { return type == KvType::F32 ? 4 : type == KvType::F16 ? 2 : 1; }
@@ -64,9 +75,18 @@ struct KvLayout {
     return type == KvType::I8 ? static_cast<size_t>(n_kv_heads) * (head_dim + sizeof(float)) : 0;
   }
   // Bytes of K and V, all layers, scales and offsets included, for one block.
+  // Floats of recurrent state per SSM layer in one block (conv, then scan).
+  size_t ssm_layer_floats() const { return static_cast<size_t>(ssm_conv_elems + ssm_state_elems); }
+  // Bytes of recurrent state, all SSM layers, in one block.
+  size_t state_bytes() const { return static_cast<size_t>(n_ssm_layers) * ssm_layer_floats() * sizeof(float); }
+  // Whether the layout holds anything (attention K/V or recurrent state).
+  bool empty() const { return (n_layers <= 0 || kv_dim() <= 0) && state_bytes() == 0; }
+  // Bytes of K and V, all layers, scales and offsets included, plus the
+  // recurrent state, for one block.
   size_t block_bytes() const {
     return static_cast<size_t>(n_layers) *
-           (2 * (block_elems() * elem_bytes() + block_scales() * sizeof(float)) + block_offset_bytes());
+               (2 * (block_elems() * elem_bytes() + block_scales() * sizeof(float)) + block_offset_bytes()) +
+           state_bytes();
   }
   // Bytes of K and V per token, all layers.
   double bytes_per_token() const { return static_cast<double>(block_bytes()) / block_size; }
@@ -127,6 +147,12 @@ class HostKvMemory final : public KvMemory {
   float* k_offset_scale(int layer, int block) { return offset_scales_ + ooffset(layer, block); }
   const float* k_offset_scale(int layer, int block) const { return offset_scales_ + ooffset(layer, block); }
 
+  // The recurrent state of SSM layer `ssm_layer` in `block`: the conv state
+  // (layout().ssm_conv_elems floats), then the scan state
+  // (layout().ssm_state_elems floats).
+  float* ssm_state(int ssm_layer, int block) { return state_ + soff(ssm_layer, block); }
+  const float* ssm_state(int ssm_layer, int block) const { return state_ + soff(ssm_layer, block); }
+
   // src must be a HostKvMemory of the same layout (Error(Internal) otherwise).
   void copy_block(int dst_block, const KvMemory& src, int src_block) override;
   // Writes zeros into blocks [0, n) (all layers): commits their pages now
@@ -143,7 +169,11 @@ class HostKvMemory final : public KvMemory {
   size_t ooffset(int layer, int block) const {
     return (static_cast<size_t>(layer) * n_blocks_ + block) * layout_.n_kv_heads;
   }
+  size_t soff(int ssm_layer, int block) const {
+    return (static_cast<size_t>(block) * layout_.n_ssm_layers + ssm_layer) * layout_.ssm_layer_floats();
+  }
   size_t block_bytes_;  // one layer, K or V, elements only
+  float* state_ = nullptr;  // recurrent state: [block][ssm_layer][conv, scan] (blocks are contiguous: one copy)
   uint8_t* base_ = nullptr;
   float* scales_ = nullptr;
   int8_t* offsets_ = nullptr;

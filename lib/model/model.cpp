@@ -72,10 +72,18 @@ void Model::encode(const Batch&, Backend&, Workspace&, float*, bool) const {
 
 KvLayout Model::kv_layout() const {
   KvLayout l;
-  l.n_layers = config_.n_layer;
+  // State-space layers keep recurrent state instead of K/V (kv/kv_format.h);
+  // the attention layers' K/V are numbered 0.. in layer order, skipping them.
+  const int32_t n_ssm = config_.n_ssm_layers();
+  l.n_layers = config_.n_layer - n_ssm;
   // Tensor parallelism: this rank's KV heads (one when there are fewer than ranks).
-  l.n_kv_heads = std::max(1, config_.n_head_kv / config_.tp_size);
-  l.head_dim = config_.head_dim;
+  l.n_kv_heads = l.n_layers > 0 ? std::max(1, config_.n_head_kv / config_.tp_size) : 0;
+  l.head_dim = l.n_layers > 0 ? config_.head_dim : 0;
+  if (n_ssm > 0) {
+    l.n_ssm_layers = n_ssm;
+    l.ssm_conv_elems = static_cast<int64_t>(config_.ssm_d_conv - 1) * config_.ssm_conv_channels;
+    l.ssm_state_elems = static_cast<int64_t>(config_.ssm_d_inner) * config_.ssm_d_state;
+  }
   return l;
 }
 

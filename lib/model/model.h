@@ -89,6 +89,26 @@ struct ModelConfig {
   int32_t n_cls_out = 0;              // reranker: outputs of the classifier head (cls.output.weight rows); 0: no head
   int32_t n_token_types = 0;          // token type (segment) embeddings (BERT: 2); 0: none
   float norm_eps = 1e-12f;            // LayerNorm epsilon (encoders: *.attention.layer_norm_epsilon)
+  // ---- state-space layers (model/mamba.h: mamba, mamba2, jamba) ----
+  // layer_ssm[l] != 0: layer l is a Mamba layer (its recurrent state lives in
+  // the KV blocks, kv/kv_format.h) instead of attention; empty: none is.
+  std::vector<uint8_t> layer_ssm;
+  int32_t ssm_d_conv = 0;    // convolution taps
+  int32_t ssm_d_inner = 0;   // inner width
+  int32_t ssm_d_state = 0;   // state per channel (Mamba-1) or head (Mamba-2)
+  int32_t ssm_dt_rank = 0;   // Mamba-1: rank of the dt projection; Mamba-2: heads
+  int32_t ssm_n_group = 0;   // Mamba-2: groups of B and C (Mamba-1: 1)
+  int32_t ssm_n_head = 0;    // scan heads: d_inner (Mamba-1) or dt_rank (Mamba-2)
+  int32_t ssm_conv_channels = 0;  // convolved channels: d_inner (Mamba-1), d_inner + 2 n_group d_state (Mamba-2)
+  // Layers with recurrent state, and whether there is no attention at all
+  // (then a sequence needs only the block of its last computed position).
+  int32_t n_ssm_layers() const {
+    int32_t n = 0;
+    for (uint8_t f : layer_ssm) n += f != 0;
+    return n;
+  }
+  bool recurrent() const { return n_ssm_layers() > 0; }
+  bool attention_free() const { return recurrent() && n_ssm_layers() == n_layer; }
   // ---- tensor parallelism (model/tp.h) ----
   // The shapes above are the whole model's; a rank of tp_size runs
   // n_head / tp_size heads, n_head_kv / tp_size KV heads (its kv_layout())
