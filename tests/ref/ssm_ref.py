@@ -16,7 +16,8 @@ writes len(tokens) rows of n_vocab little-endian float32 (the layout of
 The models (x: the residual stream, rows = positions):
   every layer   x += mixer(rmsnorm(x) * attn_norm)
   Mamba-1 mixer [xs | z] = W_in h; xs = silu(causal depthwise conv(xs) + b)
-                [r | B | C] = W_x xs  (Jamba: each RMS-normalized with its weight)
+                [r | B | C] = W_x xs  (Jamba: each RMS-normalized with its weight;
+                mamba.ssm.dt_b_c_rms (Falcon-Mamba): RMS-normalized without weights)
                 dt = softplus(W_dt r + dt_bias); A = ssm_a (already -exp(A_log))
                 s_t = exp(dt A) * s_{t-1} + dt * xs B^T  (per channel, d_state wide)
                 y = s_t C + D xs;  y *= silu(z);  out = W_out y
@@ -34,7 +35,8 @@ The models (x: the residual stream, rows = positions):
 --variant computes a deliberately wrong model, so a test can show its
 tolerance tells it apart: noconv (the conv ignores earlier positions: taps of
 the current input only), renorm (Jamba experts renormalized), fullnorm
-(Mamba-2's norm over the whole d_inner instead of per group), nod (no D skip)."""
+(Mamba-2's norm over the whole d_inner instead of per group), nod (no D skip),
+nonorm (dt_b_c_rms ignored)."""
 import argparse
 import os
 import sys
@@ -84,6 +86,7 @@ class Model:
         self.eps = m('attention.layer_norm_rms_epsilon', 1e-5)
         self.d_inner, self.d_state = m('ssm.inner_size'), m('ssm.state_size')
         self.dt_rank, self.n_group = m('ssm.time_step_rank'), m('ssm.group_count', 1)
+        self.dt_b_c_rms = bool(m('ssm.dt_b_c_rms', False))
         if a == 'jamba':
             self.n_head = m('attention.head_count')
             self.kv = list(m('attention.head_count_kv'))
@@ -107,6 +110,8 @@ class Model:
             r = rmsnorm(r, self.w(b + 'ssm_dt_norm.weight'), self.eps)
             B = rmsnorm(B, self.w(b + 'ssm_b_norm.weight'), self.eps)
             C = rmsnorm(C, self.w(b + 'ssm_c_norm.weight'), self.eps)
+        elif self.dt_b_c_rms and self.variant != 'nonorm':  # Falcon-Mamba: the same norms without weights
+            r, B, C = rmsnorm(r, 1.0, self.eps), rmsnorm(B, 1.0, self.eps), rmsnorm(C, 1.0, self.eps)
         dt = softplus(r @ self.w(b + 'ssm_dt.weight').T + self.w(b + 'ssm_dt.bias'))  # [T, di]
         A = self.w(b + 'ssm_a')  # [di, N]
         D = self.w(b + 'ssm_d') if self.variant != 'nod' else np.zeros(di)

@@ -12,6 +12,7 @@ references (ssm_ref.py --variant) must miss by far more than the tolerance.
 
 Exits 77 (skipped) when numpy is missing."""
 import os
+import struct
 import subprocess
 import sys
 
@@ -25,15 +26,43 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import arch_ref  # noqa: E402
 import ssm_ref  # noqa: E402
 
-PRESETS = ['tiny-mamba', 'tiny-mamba2', 'tiny-jamba']
+# tiny-falcon-mamba: tiny-mamba with mamba.ssm.dt_b_c_rms = true (dt, B and C RMS-normalized).
+PRESETS = ['tiny-mamba', 'tiny-mamba2', 'tiny-jamba', 'tiny-falcon-mamba']
 PROMPT = 40  # over two KV blocks of 16: the state crosses block boundaries
 GENERATE = 24
 TOL = 1e-4
 # Wrong models each preset's check must tell apart.
 VARIANTS = {'tiny-mamba': ['noconv', 'nod'], 'tiny-mamba2': ['noconv', 'fullnorm', 'nod'],
-            'tiny-jamba': ['noconv', 'renorm']}
+            'tiny-jamba': ['noconv', 'renorm'], 'tiny-falcon-mamba': ['nonorm']}
+
+
+def with_bool_key(src, dst, key):
+    """src with the metadata key `key` = true added (Falcon-Mamba's
+    mamba.ssm.dt_b_c_rms), tensors and their data as they are."""
+    g = arch_ref.Gguf(src)
+    buf = g.buf
+    n_tensors, n_kv = struct.unpack_from('<QQ', buf, 8)
+    r = arch_ref.Gguf.__new__(arch_ref.Gguf)
+    r.buf, r.pos = buf, 24
+    for _ in range(n_kv):
+        r.string()
+        r.value(r.take('<I'))
+    kv_end = r.pos
+    for _ in range(n_tensors):
+        r.string()
+        [r.take('<Q') for _ in range(r.take('<I'))]
+        r.take('<I'), r.take('<Q')
+    infos = buf[kv_end:r.pos]
+    align = int(g.meta.get('general.alignment', 32))
+    data = buf[(r.pos + align - 1) // align * align:]
+    k = key.encode()
+    head = struct.pack('<IIQQ', 0x46554747, 3, n_tensors, n_kv + 1) + buf[24:kv_end]
+    head += struct.pack('<Q', len(k)) + k + struct.pack('<IB', 7, 1) + infos
+    with open(dst, 'wb') as f:
+        f.write(head + b'\0' * (-len(head) % align) + data)
 
 
 def main():
@@ -43,8 +72,12 @@ def main():
     failed = []
     for name in presets:
         model = os.path.join(work, name + '.gguf')
-        subprocess.run([infer, 'synth', '--preset', name, '--type', 'f32', '-o', model], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        falcon = name == 'tiny-falcon-mamba'
+        src = os.path.join(work, 'tiny-mamba-src.gguf') if falcon else model
+        subprocess.run([infer, 'synth', '--preset', 'tiny-mamba' if falcon else name, '--type', 'f32', '-o', src],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if falcon:
+            with_bool_key(src, model, 'mamba.ssm.dt_b_c_rms')
         ref = ssm_ref.Model(model)
         n_vocab = ref.t['token_embd.weight'].shape[0]
         rng = np.random.default_rng(len(name))
