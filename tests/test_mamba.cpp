@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "quant/formats.h"
 #include "tools/quantize.h"
 #include "tools/synth.h"
@@ -429,4 +430,26 @@ TEST_CASE("mamba: tensor parallelism, layer skipping, embeddings and scattered s
       CHECK(e.status() == Status::Internal);
     }
   }
+}
+
+TEST_CASE("mamba: jamba's expert routing keeps the softmax weights of the chosen experts", "[mamba]") {
+  const float logits[2][4] = {{0.5f, 2.0f, -1.0f, 1.0f}, {3.0f, 0.0f, 0.0f, 2.5f}};
+  int32_t sel[4], sel_n[4];
+  float w[4], w_n[4];
+  moe_route(&logits[0][0], 2, 4, 2, sel, w, /*renormalize=*/false);
+  moe_route(&logits[0][0], 2, 4, 2, sel_n, w_n, /*renormalize=*/true);
+  for (int t = 0; t < 2; ++t) {
+    double sum = 0;
+    for (int e = 0; e < 4; ++e) sum += std::exp(double(logits[t][e]));
+    for (int i = 0; i < 2; ++i) {
+      CHECK(sel[t * 2 + i] == sel_n[t * 2 + i]);  // the same experts, by decreasing probability
+      CHECK(std::fabs(w[t * 2 + i] - std::exp(double(logits[t][sel[t * 2 + i]])) / sum) < 1e-6);
+    }
+    CHECK(w[t * 2] + w[t * 2 + 1] < 0.99f);
+    CHECK(std::fabs(w_n[t * 2] + w_n[t * 2 + 1] - 1.0f) < 1e-6f);
+  }
+  CHECK(sel[0] == 1);
+  CHECK(sel[1] == 3);
+  CHECK(sel[2] == 0);
+  CHECK(sel[3] == 3);
 }
