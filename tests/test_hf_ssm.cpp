@@ -205,6 +205,34 @@ TEST_CASE("hf_ssm: each architecture's HF directory is its GGUF: tensors and key
   }
 }
 
+TEST_CASE("hf_ssm: Jamba's other spellings (a dense layer's experts.0, Mini-Jamba's moe and B_layernorm)", "[hf_ssm]") {
+  const infer_test::SsmSpec s = spec("jamba");
+  const std::string dir = fresh_dir("hf-ssm-jamba-spellings"), gguf = infer_test::temp_dir() + "/hf-ssm-jamba-spellings.gguf";
+  infer_test::SsmWriteOptions o;
+  int renamed = 0;
+  o.edit_tensor = [&](infer_test::StTensor& t) {
+    auto rename = [&](const std::string& from, const std::string& to) {
+      const size_t p = t.name.find(from);
+      if (p == std::string::npos) return;
+      t.name.replace(p, from.size(), to);
+      ++renamed;
+    };
+    // Layers 1 and 3 are dense: their FFN as expert 0 of a one-expert block.
+    if (t.name.rfind("model.layers.1.", 0) == 0 || t.name.rfind("model.layers.3.", 0) == 0)
+      rename(".feed_forward.", ".feed_forward.experts.0.");
+    if (t.name.rfind("model.layers.2.", 0) == 0) {
+      rename(".feed_forward.", ".moe.");
+      rename(".b_layernorm.", ".B_layernorm.");
+      rename(".c_layernorm.", ".C_layernorm.");
+    }
+    return true;
+  };
+  infer_test::write_ssm_model(s, vocab_source(), dir, gguf, o);
+  CHECK(renamed == 6 + 1 + 3 * 4 + 2);  // dense gate/up/down x2; router; 4 experts x3; B/C norms
+  auto view = hf::open_directory(dir);
+  check_same_view(*view, *GgufFile::open(gguf), "jamba", true);
+}
+
 TEST_CASE("hf_ssm: each architecture's HF directory gives its GGUF's logits, and converts back", "[hf_ssm]") {
   for (const char* arch : {"mamba", "mamba2", "jamba"}) {
     for (bool tied : {false, true}) {
@@ -320,6 +348,15 @@ TEST_CASE("hf_ssm: hostile directories fail with Error(Format) naming what is wr
        },
        nullptr, "layers.5"},
       {"lm_head of another vocabulary", "mamba", reshape("lm_head.weight", {100, 32}), nullptr, "lm_head"},
+      {"an A_log whose exp overflows", "mamba2",
+       [](infer_test::StTensor& t) {
+         if (t.name == "backbone.layers.1.mixer.A_log") {
+           const float big = 100.0f;
+           std::memcpy(t.bytes.data() + 4, &big, 4);
+         }
+         return true;
+       },
+       nullptr, "A_log"},
   };
   for (const Case& c : cases) {
     INFO(c.what);

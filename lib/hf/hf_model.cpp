@@ -633,7 +633,11 @@ std::unique_ptr<GgufFile> open_directory(const std::string& dir_in, bool use_mma
       if (v.neg_exp || (v.to_f32 && st.type != DType::F32)) {
         std::vector<float> f = to_f32(st, p, count);
         if (v.neg_exp)
-          for (float& x : f) x = -std::exp(x);
+          for (float& x : f) {
+            x = -std::exp(x);
+            if (!std::isfinite(x))
+              raise(Status::Format, "tensor '%s' holds a value whose A = -exp(A_log) is not finite", hf_name.c_str());
+          }
         b.add_owned(name, dims, DType::F32, f32_bytes(f));
         continue;
       }
