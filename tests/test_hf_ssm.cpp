@@ -258,6 +258,31 @@ TEST_CASE("hf_ssm: each architecture's HF directory gives its GGUF's logits, and
   }
 }
 
+TEST_CASE("hf_ssm: the synth presets as HF checkpoints give the presets' logits", "[hf_ssm]") {
+  // infer synth's tiny state-space presets (F32), written back as the HF
+  // checkpoints they could have been converted from (A_log = log(-A), so
+  // A comes back within an ulp or so: the logits agree to 1e-5, not bitwise).
+  for (const char* preset : {"tiny-mamba", "tiny-mamba2", "tiny-jamba"}) {
+    INFO(preset);
+    const SynthPreset* p = find_synth_preset(preset);
+    REQUIRE(p);
+    const std::string gguf = infer_test::temp_dir() + "/hf-ssm-" + preset + ".gguf";
+    SynthOptions so;
+    so.type = DType::F32;
+    write_synth_model(*p, gguf, so);
+    auto ref = Model::load(gguf);
+    const std::string dir = fresh_dir(std::string("hf-ssm-") + preset);
+    infer_test::gguf_ssm_to_hf_dir(ref->gguf(), dir);
+    auto m = Model::load(dir);
+    CHECK(m->config().arch == ref->config().arch);
+    CHECK(m->config().layer_ssm == ref->config().layer_ssm);
+    check_same_view(m->gguf(), ref->gguf(), p->arch, false);
+    const float d = max_diff(prompt_logits(*m, kPrompt), prompt_logits(*ref, kPrompt));
+    INFO("max |logit difference| " << d);
+    CHECK(d <= 1e-5f);
+  }
+}
+
 TEST_CASE("hf_ssm: BF16 checkpoints keep their matrices and get F32 SSM vectors", "[hf_ssm]") {
   for (const char* arch : {"mamba", "mamba2", "jamba"}) {
     INFO(arch);
