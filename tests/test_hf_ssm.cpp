@@ -366,6 +366,8 @@ TEST_CASE("hf_ssm: hostile directories fail with Error(Format) naming what is wr
        [](auto& c) { c["layers_block_type"] = R"(["mamba","attention","mamba"])"; }, "layers_block_type"},
       {"more layers in the config than the checkpoint", "mamba", nullptr,
        [](auto& c) { c["num_hidden_layers"] = "3"; }, "layers.2"},
+      {"a config that claims a huge model", "jamba", nullptr,
+       [](auto& c) { c["num_hidden_layers"] = "60000"; c["num_experts"] = "4000"; }, "router"},
       {"a tensor from another layer", "mamba",
        [](infer_test::StTensor& t) {
          if (t.name == "lm_head.weight") t.name = "backbone.layers.5.mixer.D";

@@ -330,6 +330,44 @@ void ssm_check_tensors(const SsmLayout& L, const std::map<std::string, std::vect
   const std::string ssm_where = jamba ? "mamba_d_state, mamba_expand x hidden_size, mamba_dt_rank, mamba_d_conv"
                                       : "state_size, expand x hidden_size (intermediate_size), time_step_rank, "
                                         "conv_kernel, num_heads, n_groups";
+  auto str = [](const Shape& s) {
+    std::string o = "[";
+    for (size_t k = 0; k < s.size(); ++k) o += (k ? ", " : "") + std::to_string(s[k]);
+    return o + "]";
+  };
+  auto kind = [&](const std::string& name) -> std::string {
+    static const std::regex kLayer(R"((?:model|backbone)\.layers\.(\d{1,5})\..*)");
+    std::smatch m;
+    if (!jamba || !std::regex_match(name, m, kLayer)) return "";
+    const long l = std::stol(m[1].str());
+    if (l >= L.n_layer) return "";
+    return std::string(" (layer ") + m[1].str() + " is " + (L.attn[l] ? "an attention" : "a Mamba") + " layer with " +
+           (L.moe[l] ? "a mixture of experts" : "a dense FFN") +
+           " by attn_layer_period/offset, expert_layer_period/offset or layers_block_type)";
+  };
+  // Checked a layer at a time (and the names kept only of tensors found), so
+  // a config.json that claims a huge model fails at its first missing tensor
+  // without building the whole list.
+  auto flush = [&] {
+    for (const auto& [name, want] : need.list) {
+      auto it = shapes.find(name);
+      if (it == shapes.end()) raise(Status::Format, "tensor '%s' is missing%s", name.c_str(), kind(name).c_str());
+      Shape have = it->second;
+      // conv1d weights: [channels, 1, d_conv] as stored by PyTorch, or squeezed.
+      if (name.size() > 13 && name.compare(name.size() - 13, 13, "conv1d.weight") == 0 && have.size() == 2 &&
+          want.size() == 3)
+        have.insert(have.begin() + 1, 1);
+      if (have != want)
+        raise(Status::Format, "tensor '%s' has shape %s where config.json (%s) gives %s", name.c_str(), str(it->second).c_str(),
+              (name.find("layers.") != std::string::npos && (name.find(".mamba.") != std::string::npos ||
+                                                             name.find(".mixer.") != std::string::npos))
+                  ? ssm_where.c_str()
+                  : "hidden_size, heads, intermediate_size, experts",
+              str(want).c_str());
+    }
+    need.list.clear();
+  };
+  flush();
   for (int64_t l = 0; l < L.n_layer; ++l) {
     const std::string P = jamba ? "model.layers." + std::to_string(l) + "." : "backbone.layers." + std::to_string(l) + ".";
     if (!L.attn[l]) {
@@ -381,37 +419,7 @@ void ssm_check_tensors(const SsmLayout& L, const std::map<std::string, std::vect
         need[P + "feed_forward.down_proj.weight"] = {L.n_embd, L.n_ff};
       }
     }
-  }
-  auto str = [](const Shape& s) {
-    std::string o = "[";
-    for (size_t k = 0; k < s.size(); ++k) o += (k ? ", " : "") + std::to_string(s[k]);
-    return o + "]";
-  };
-  auto kind = [&](const std::string& name) -> std::string {
-    static const std::regex kLayer(R"((?:model|backbone)\.layers\.(\d{1,5})\..*)");
-    std::smatch m;
-    if (!jamba || !std::regex_match(name, m, kLayer)) return "";
-    const long l = std::stol(m[1].str());
-    if (l >= L.n_layer) return "";
-    return std::string(" (layer ") + m[1].str() + " is " + (L.attn[l] ? "an attention" : "a Mamba") + " layer with " +
-           (L.moe[l] ? "a mixture of experts" : "a dense FFN") +
-           " by attn_layer_period/offset, expert_layer_period/offset or layers_block_type)";
-  };
-  for (const auto& [name, want] : need.list) {
-    auto it = shapes.find(name);
-    if (it == shapes.end()) raise(Status::Format, "tensor '%s' is missing%s", name.c_str(), kind(name).c_str());
-    Shape have = it->second;
-    // conv1d weights: [channels, 1, d_conv] as stored by PyTorch, or squeezed.
-    if (name.size() > 13 && name.compare(name.size() - 13, 13, "conv1d.weight") == 0 && have.size() == 2 &&
-        want.size() == 3)
-      have.insert(have.begin() + 1, 1);
-    if (have != want)
-      raise(Status::Format, "tensor '%s' has shape %s where config.json (%s) gives %s", name.c_str(), str(it->second).c_str(),
-            (name.find("layers.") != std::string::npos && (name.find(".mamba.") != std::string::npos ||
-                                                           name.find(".mixer.") != std::string::npos))
-                ? ssm_where.c_str()
-                : "hidden_size, heads, intermediate_size, experts",
-            str(want).c_str());
+    flush();
   }
   for (const auto& [name, shape] : shapes) {
     if (need.names.count(name) || name == "lm_head.weight") continue;
