@@ -181,7 +181,7 @@ TEST_CASE("hf_ssm: config.json becomes the GGUF keys of mamba, mamba2 and jamba"
 
 // Writes arch's model as an HF directory and a GGUF (tied: no lm_head, and
 // squeezed conv1d weights, which read the same).
-std::pair<std::string, std::string> write_pair(const char* arch, bool tied) {
+static std::pair<std::string, std::string> write_pair(const char* arch, bool tied) {
   infer_test::SsmSpec s = spec(arch);
   s.tied = tied;
   const std::string name = std::string("hf-ssm-") + arch + (tied ? "-tied" : "");
