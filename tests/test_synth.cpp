@@ -108,6 +108,30 @@ TEST_CASE("synth: every preset's architecture and head grouping loads and runs",
     INFO(full.name);
     // Encoders do not generate: the embedding presets' test below covers them.
     if (std::string(full.arch) == "bert" || std::string(full.arch) == "nomic-bert") continue;
+    if (full.ssm_d_inner > 0) {
+      // State-space presets (tests/test_mamba.cpp covers the tiny ones): the
+      // benchmark shapes shrunk, their layer pattern and group count kept.
+      SynthPreset p = full;
+      if (p.n_embd > 64) {
+        p.n_embd = 32;
+        p.ssm_d_inner = 64;
+        p.ssm_d_state = 8;
+        p.ssm_dt_rank = std::string(full.arch) == "mamba2" ? 4 * full.ssm_n_group : 2;
+        p.n_layer = 2;
+      }
+      p.n_vocab = 300;
+      p.n_ctx = 64;
+      SynthOptions o;
+      o.type = DType::F32;
+      o.n_threads = 1;
+      const std::string path = dir + "/small-" + full.name + ".gguf";
+      write_synth_model(p, path, o);
+      std::unique_ptr<Model> m = Model::load(path);
+      CHECK(m->config().arch == full.arch);
+      CHECK(m->config().recurrent());
+      CHECK(all_finite(run_model(*m, 2).logits));
+      continue;
+    }
     REQUIRE(full.n_head % full.n_head_kv == 0);
     SynthPreset p = full;
     p.n_head_kv = 1;

@@ -161,12 +161,14 @@ const std::vector<SynthPreset>& synth_presets() {
     });
     add({"mamba-130m", "mamba", 768, 24, 0, 0, 0, 50280, 16384, 10000.0f, 1e-5f}, [](SynthPreset& p) {
       p.tied = true;
+      p.weight_std = 0.05;  // at 0.02 the tied head echoes the last token: greedy text repeats it
       p.ssm_d_inner = 1536;
       p.ssm_d_state = 16;
       p.ssm_dt_rank = 48;
     });
     add({"mamba2-130m", "mamba2", 768, 24, 0, 0, 0, 50280, 16384, 10000.0f, 1e-5f}, [](SynthPreset& p) {
       p.tied = true;
+      p.weight_std = 0.05;  // at 0.02 the tied head echoes the last token: greedy text repeats it
       p.ssm_d_inner = 1536;
       p.ssm_d_state = 128;
       p.ssm_dt_rank = 24;

@@ -46,7 +46,8 @@
 // Their weights are random but shaped like a trained model's: A = -exp(A_log) with A_log = log(1..d_state)
 // per channel (Mamba-1) or log of 1..16 across the heads (Mamba-2), dt_bias = softplus^-1 of a dt
 // log-spaced in [1e-3, 1e-1] across the channels, D = 1, conv taps of std 0.3; so the recurrence is
-// stable and decays at many time scales.
+// stable and decays at many time scales. The 130m shapes use weight std 0.05 (at 0.02 the tied head
+// echoes the last token and greedy text repeats it).
 // Embedding models (tests/ref/embed_ref.py checks our embeddings on the tiny ones; test std,
 // random LayerNorm weights and biases, a WordPiece vocabulary for the encoders):
 //   tiny-bert        bert        dim 64, 2 layers, 4 heads, ffn 128, ctx 128, vocab 1000, pooling mean
