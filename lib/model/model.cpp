@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "hf/hf.h"
+#include "model/mamba.h"
 #include "model/weight_check.h"
 
 namespace infer {
@@ -56,13 +57,15 @@ std::unique_ptr<Model> Model::create(std::unique_ptr<GgufFile> gguf, std::unique
   if (arch == "gemma") return create_gemma_model(std::move(gguf), std::move(tok), tp);
   if (arch == "gemma2") return create_gemma2_model(std::move(gguf), std::move(tok), tp);
   if (arch == "bert" || arch == "nomic-bert") return create_bert_model(std::move(gguf), std::move(tok), tp);
+  if (arch == "mamba" || arch == "mamba2" || arch == "jamba") return create_mamba_model(std::move(gguf), std::move(tok), tp);
   std::string names;
   for (const std::string& a : supported_architectures()) names += (names.empty() ? "" : ", ") + a;
   raise(Status::Unsupported, "model architecture '%s' is not supported (supported: %s)", arch.c_str(), names.c_str());
 }
 
 const std::vector<std::string>& supported_architectures() {
-  static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "bert", "nomic-bert"};
+  static const std::vector<std::string> kArchs = {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "bert", "nomic-bert",
+                                                  "mamba", "mamba2", "jamba"};
   return kArchs;
 }
 

@@ -100,7 +100,7 @@ MoeFfn bind_moe_ffn(const GgufFile& g, const std::string& prefix, int64_t n_embd
   return f;
 }
 
-void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel, float* weight) {
+void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel, float* weight, bool renormalize) {
   // Reused per thread: the forward pass does not allocate once warmed up.
   struct Scratch {
     std::vector<float> p;
@@ -127,6 +127,7 @@ void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel
                       [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
     float ksum = 0.0f;
     for (int i = 0; i < k; ++i) ksum += p[idx[i]];
+    if (!renormalize) ksum = 1.0f;
     for (int i = 0; i < k; ++i) {
       sel[t * k + i] = idx[i];
       weight[t * k + i] = p[idx[i]] / ksum;
@@ -182,7 +183,7 @@ void moe_ffn_forward(const MoeFfn& f, Backend& be, BackendWorkspace& ws, int slo
   float* dlogits = static_cast<float*>(ws.output(slot0 + kRouter, logits, lbytes));
   be.matmul(f.router, h, m, dlogits);
   ws.download(logits, dlogits, lbytes);  // the edge: routing runs on the host
-  moe_route(logits, m, static_cast<int>(E), static_cast<int>(k), sel, wts);
+  moe_route(logits, m, static_cast<int>(E), static_cast<int>(k), sel, wts, f.renormalize);
   be.zero(acc, m * d);
   for (int64_t e = 0; e < E; ++e) {
     // The tokens routed to e, in batch order (a token selects e at most once).

@@ -35,6 +35,9 @@ struct MoeFfn {
   int32_t n_expert = 0;  // E (0: the layer has no experts)
   int32_t n_used = 0;    // k
   int64_t n_embd = 0, n_ff = 0;
+  // The k selected weights divided by their sum (Mixtral); false: the
+  // softmax probabilities over all E as they are (Jamba).
+  bool renormalize = true;
   WeightView router;                       // n_in n_embd, n_out E
   std::vector<WeightView> gate, up, down;  // E slices each
   bool empty() const { return n_expert == 0; }
@@ -55,8 +58,10 @@ void check_moe_counts(int64_t n_expert, int64_t n_used);
 
 // Routing of m tokens from their router logits ([m][E]): sel[t*k + i] is the
 // i-th selected expert of token t (by decreasing probability, ties to the
-// lower index), weight[t*k + i] its renormalized weight (the k sum to 1).
-void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel, float* weight);
+// lower index), weight[t*k + i] its renormalized weight (the k sum to 1),
+// or with renormalize false its softmax probability over all E.
+void moe_route(const float* logits, int64_t m, int n_expert, int k, int32_t* sel, float* weight,
+               bool renormalize = true);
 
 // The host side of the block: routing is discrete and data-dependent, so it
 // runs on the host, from the router logits downloaded at this edge (on the

@@ -583,8 +583,10 @@ void Transformer::attention(Pass& p, int layer, const AttnWeights& a, const floa
     be.rms_norm(p.q, a.q_norm.data(), m * lh_, c.head_dim, c.rms_eps, p.q);
     be.rms_norm(p.k, a.k_norm.data(), m * lkv_, c.head_dim, c.rms_eps, p.k);
   }
-  be.rope(p.q, m, lh_, c.head_dim, p.batch.pos.data(), p.rp);
-  be.rope(p.k, m, lkv_, c.head_dim, p.batch.pos.data(), p.rp);
+  if (c.n_rot > 0) {  // Jamba's attention has no position encoding (n_rot 0)
+    be.rope(p.q, m, lh_, c.head_dim, p.batch.pos.data(), p.rp);
+    be.rope(p.k, m, lkv_, c.head_dim, p.batch.pos.data(), p.rp);
+  }
   p.ab.window = a.window;
   if (!p.kv) {  // an encode pass: within the batch, no KV
     if (a.window > 0 || c.attn_softcap > 0)

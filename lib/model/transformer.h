@@ -50,6 +50,7 @@ enum WorkspaceSlot : int {
   kSlotXperm,                 // 3 slots: inputs gathered for permuted weights (WeightView::perm)
   kSlotLogits = kSlotXperm + 3,
   kSlotMoe,                   // kMoeSlots slots: the mixture-of-experts block (model/moe.h)
+  kSlotSsm = kSlotMoe + kMoeSlots,  // kSsmSlots slots: the state-space layers (model/mamba.h)
 };
 
 // One forward pass in flight: the batch, its activation buffers ([m][...]

@@ -32,6 +32,10 @@ bool is_quantizable(const std::string& name, const std::vector<int64_t>& dims) {
   // rows, not multiplied: they stay F32 as in converted files (other GGUF
   // readers add them as they are and refuse a quantized one).
   if (name == "token_types.weight" || name == "position_embd.weight") return false;
+  // Mamba's convolution taps (d_conv values per channel) are read as f32 by
+  // the conv, not multiplied by a matmul; they stay as they are, as the
+  // peer's quantizer leaves them. ssm_a and ssm_d have no .weight suffix.
+  if (name.find("ssm_conv1d") != std::string::npos) return false;
   return dims.size() == 2 && ends_with(".weight") && name.find("norm") == std::string::npos &&
          name.find("rope_freqs") == std::string::npos;
 }

@@ -128,6 +128,50 @@ const std::vector<SynthPreset>& synth_presets() {
       p.n_expert = 4;
       p.n_expert_used = 2;
     });
+    // State-space models (synth.h): no attention heads or FFN but jamba's.
+    add(tiny("tiny-mamba", "mamba"), [](SynthPreset& p) {
+      p.n_layer = 3;
+      p.n_head = p.n_head_kv = p.n_ff = 0;
+      p.n_ctx = 1024;
+      p.ssm_d_inner = 128;
+      p.ssm_d_state = 16;
+      p.ssm_dt_rank = 4;
+    });
+    add(tiny("tiny-mamba2", "mamba2"), [](SynthPreset& p) {
+      p.n_layer = 3;
+      p.n_head = p.n_head_kv = p.n_ff = 0;
+      p.n_ctx = 1024;
+      p.ssm_d_inner = 128;
+      p.ssm_d_state = 16;
+      p.ssm_dt_rank = 8;
+      p.ssm_n_group = 2;
+    });
+    add(tiny("tiny-jamba", "jamba"), [](SynthPreset& p) {
+      p.n_layer = 5;
+      p.n_ctx = 1024;
+      p.ssm_d_inner = 128;
+      p.ssm_d_state = 16;
+      p.ssm_dt_rank = 4;
+      p.attn_period = 3;
+      p.attn_offset = 1;
+      p.n_expert = 4;
+      p.n_expert_used = 2;
+      p.expert_period = 2;
+      p.expert_offset = 1;
+    });
+    add({"mamba-130m", "mamba", 768, 24, 0, 0, 0, 50280, 16384, 10000.0f, 1e-5f}, [](SynthPreset& p) {
+      p.tied = true;
+      p.ssm_d_inner = 1536;
+      p.ssm_d_state = 16;
+      p.ssm_dt_rank = 48;
+    });
+    add({"mamba2-130m", "mamba2", 768, 24, 0, 0, 0, 50280, 16384, 10000.0f, 1e-5f}, [](SynthPreset& p) {
+      p.tied = true;
+      p.ssm_d_inner = 1536;
+      p.ssm_d_state = 128;
+      p.ssm_dt_rank = 24;
+      p.ssm_n_group = 1;
+    });
     // Embedding models (synth.h). Encoders: n_head_kv = n_head, rms_eps is the LayerNorm epsilon.
     auto encoder = [&](const char* name, const char* arch) {
       SynthPreset p = tiny(name, arch);
@@ -571,7 +615,147 @@ static uint64_t write_synth_encoder(const SynthPreset& p, const std::string& pat
   return write_tensors(w, ts, o, path);
 }
 
+static bool is_ssm_arch(const std::string& a) { return a == "mamba" || a == "mamba2" || a == "jamba"; }
+
+// dt_bias of `n` channels or heads: softplus^-1 of a dt log-spaced over [1e-3, 1e-1]
+// (what Mamba's initialization draws at random), so that softplus(dt_bias) is that dt.
+static std::vector<float> ssm_dt_bias(int64_t n) {
+  std::vector<float> b(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double f = n > 1 ? static_cast<double>(i) / static_cast<double>(n - 1) : 0.5;
+    const double dt = std::exp(std::log(1e-3) + f * (std::log(1e-1) - std::log(1e-3)));
+    b[static_cast<size_t>(i)] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
+  }
+  return b;
+}
+
+// mamba, mamba2 and jamba (synth.h): the keys and tensors GGUF converters write.
+static uint64_t write_synth_ssm(const SynthPreset& p, const std::string& path, const SynthOptions& o) {
+  const std::string a = p.arch;
+  const bool v2 = a == "mamba2", hybrid = a == "jamba";
+  const int64_t d = p.n_embd, di = p.ssm_d_inner, N = p.ssm_d_state, R = p.ssm_dt_rank, K = p.ssm_d_conv;
+  const int64_t G = p.ssm_n_group, H = v2 ? R : di;
+  if (di <= 0 || N <= 0 || R <= 0 || K <= 0 || G <= 0 || (v2 && (di % H != 0 || H % G != 0)))
+    raise(Status::InvalidArgument, "synth: preset %s has an inconsistent state-space shape", p.name);
+  auto attends = [&](int l) { return hybrid && l >= p.attn_offset && (l - p.attn_offset) % p.attn_period == 0; };
+  auto experts = [&](int l) {
+    return hybrid && p.n_expert > 0 && l >= p.expert_offset && (l - p.expert_offset) % p.expert_period == 0;
+  };
+  GgufStreamWriter w(path);
+  w.set("general.architecture", GgufValue::make_string(a));
+  w.set("general.name", GgufValue::make_string(std::string("synthetic ") + p.name));
+  w.set(a + ".context_length", GgufValue::make_u32(static_cast<uint32_t>(p.n_ctx)));
+  w.set(a + ".embedding_length", GgufValue::make_u32(static_cast<uint32_t>(d)));
+  w.set(a + ".block_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_layer)));
+  w.set(a + ".feed_forward_length", GgufValue::make_u32(static_cast<uint32_t>(hybrid ? p.n_ff : 0)));
+  w.set(a + ".attention.head_count", GgufValue::make_u32(static_cast<uint32_t>(hybrid ? p.n_head : 0)));
+  if (hybrid) {
+    std::vector<int32_t> kv(static_cast<size_t>(p.n_layer), 0);
+    for (int l = 0; l < p.n_layer; ++l)
+      if (attends(l)) kv[static_cast<size_t>(l)] = p.n_head_kv;
+    w.set(a + ".attention.head_count_kv", GgufValue::make_i32_array(kv));
+    if (p.n_expert > 0) {
+      w.set(a + ".expert_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_expert)));
+      w.set(a + ".expert_used_count", GgufValue::make_u32(static_cast<uint32_t>(p.n_expert_used)));
+    }
+  }
+  w.set(a + ".ssm.conv_kernel", GgufValue::make_u32(static_cast<uint32_t>(K)));
+  w.set(a + ".ssm.inner_size", GgufValue::make_u32(static_cast<uint32_t>(di)));
+  w.set(a + ".ssm.state_size", GgufValue::make_u32(static_cast<uint32_t>(N)));
+  w.set(a + ".ssm.time_step_rank", GgufValue::make_u32(static_cast<uint32_t>(R)));
+  if (v2) w.set(a + ".ssm.group_count", GgufValue::make_u32(static_cast<uint32_t>(G)));
+  w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::make_f32(p.rms_eps));
+  {
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<int32_t> types;
+    synth_vocab(p.n_vocab, tokens, scores, types);
+    w.set("tokenizer.ggml.model", GgufValue::make_string("llama"));
+    w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(tokens));
+    w.set("tokenizer.ggml.scores", GgufValue::make_f32_array(scores));
+    w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
+    w.set("tokenizer.ggml.bos_token_id", GgufValue::make_u32(1));
+    w.set("tokenizer.ggml.eos_token_id", GgufValue::make_u32(2));
+    w.set("tokenizer.ggml.unknown_token_id", GgufValue::make_u32(0));
+  }
+  write_quant_metadata(w, o.type, QuantMethod::Rtn);
+
+  const float s_in = p.weight_std, s_out = p.weight_std / std::sqrt(2.0f * static_cast<float>(p.n_layer));
+  const float s_norm = p.random_norms ? 0.2f / std::sqrt(3.0f) : 0.0f;  // 1 + U(-0.2, 0.2)
+  std::vector<Tensor> ts;
+  auto matrix = [&](const std::string& n, int64_t in, int64_t out, float sd) { ts.push_back({n, {in, out}, sd, DType::F32}); };
+  auto norm = [&](const std::string& n, std::vector<int64_t> dims) { ts.push_back({n, std::move(dims), s_norm, DType::F32, 1.0f}); };
+  auto fixed = [&](const std::string& n, std::vector<int64_t> dims, std::vector<float> row) {
+    Tensor t{n, std::move(dims), 0, DType::F32};
+    t.fixed = std::move(row);
+    ts.push_back(t);
+  };
+  matrix("token_embd.weight", d, p.n_vocab, s_in);
+  norm("output_norm.weight", {d});
+  if (!p.tied) matrix("output.weight", d, p.n_vocab, s_in);
+  const int64_t hd = hybrid ? d / p.n_head : 0;
+  for (int l = 0; l < p.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    norm(b + "attn_norm.weight", {d});
+    if (attends(l)) {
+      matrix(b + "attn_q.weight", d, p.n_head * hd, s_in);
+      matrix(b + "attn_k.weight", d, p.n_head_kv * hd, s_in);
+      matrix(b + "attn_v.weight", d, p.n_head_kv * hd, s_in);
+      matrix(b + "attn_output.weight", p.n_head * hd, d, s_out);
+    } else if (!v2) {
+      matrix(b + "ssm_in.weight", d, 2 * di, s_in);
+      ts.push_back({b + "ssm_conv1d.weight", {K, di}, 0.3f, DType::F32});
+      ts.push_back({b + "ssm_conv1d.bias", {di}, 0.1f, DType::F32});
+      matrix(b + "ssm_x.weight", di, R + 2 * N, s_in);
+      if (hybrid) {
+        norm(b + "ssm_dt_norm.weight", {R});
+        norm(b + "ssm_b_norm.weight", {N});
+        norm(b + "ssm_c_norm.weight", {N});
+      }
+      matrix(b + "ssm_dt.weight", R, di, 0.5f / std::sqrt(static_cast<float>(R)));
+      fixed(b + "ssm_dt.bias", {di}, ssm_dt_bias(di));
+      std::vector<float> A(static_cast<size_t>(N));
+      for (int64_t s = 0; s < N; ++s) A[static_cast<size_t>(s)] = -static_cast<float>(s + 1);  // -exp(log(s + 1))
+      fixed(b + "ssm_a", {N, di}, A);
+      ts.push_back({b + "ssm_d", {di}, 0, DType::F32, 1.0f});
+      matrix(b + "ssm_out.weight", di, d, s_out);
+    } else {
+      const int64_t ch = di + 2 * G * N;
+      matrix(b + "ssm_in.weight", d, di + ch + H, s_in);
+      ts.push_back({b + "ssm_conv1d.weight", {K, ch}, 0.3f, DType::F32});
+      ts.push_back({b + "ssm_conv1d.bias", {ch}, 0.1f, DType::F32});
+      fixed(b + "ssm_dt.bias", {H}, ssm_dt_bias(H));
+      std::vector<float> A(static_cast<size_t>(H));
+      for (int64_t h = 0; h < H; ++h)
+        A[static_cast<size_t>(h)] = -(1.0f + 15.0f * static_cast<float>(h) / static_cast<float>(std::max<int64_t>(1, H - 1)));
+      fixed(b + "ssm_a", {1, H}, A);
+      ts.push_back({b + "ssm_d", {1, H}, 0, DType::F32, 1.0f});
+      norm(b + "ssm_norm.weight", {di / G, G});
+      matrix(b + "ssm_out.weight", di, d, s_out);
+    }
+    if (!hybrid) continue;
+    norm(b + "ffn_norm.weight", {d});
+    if (experts(l)) {
+      const int64_t E = p.n_expert;
+      matrix(b + "ffn_gate_inp.weight", d, E, s_in);
+      ts.push_back({b + "ffn_gate_exps.weight", {d, p.n_ff, E}, s_in, DType::F32});
+      ts.push_back({b + "ffn_up_exps.weight", {d, p.n_ff, E}, s_in, DType::F32});
+      ts.push_back({b + "ffn_down_exps.weight", {p.n_ff, d, E}, s_out, DType::F32});
+    } else {
+      matrix(b + "ffn_gate.weight", d, p.n_ff, s_in);
+      matrix(b + "ffn_up.weight", d, p.n_ff, s_in);
+      matrix(b + "ffn_down.weight", p.n_ff, d, s_out);
+    }
+  }
+  return write_tensors(w, ts, o, path);
+}
+
 uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const SynthOptions& o) {
+  if (is_ssm_arch(p.arch)) {
+    if (o.type != DType::W8A8 && !can_quantize(o.type))
+      raise(Status::InvalidArgument, "synth: cannot write weights as %s", dtype_name(o.type));
+    return write_synth_ssm(p, path, o);
+  }
   if (is_encoder_arch(p.arch)) {
     if (o.type != DType::W8A8 && !can_quantize(o.type))
       raise(Status::InvalidArgument, "synth: cannot write weights as %s", dtype_name(o.type));

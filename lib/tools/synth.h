@@ -33,6 +33,20 @@
 //                           tool calls against it end to end.
 //   mixtral-tiny    llama   tiny's shape (test std and norms) with a mixture of 4 experts of ffn 160, top-2
 //                           (tests/ref/moe_ref.py checks our logits on it)
+// State-space models (tests/ref/ssm_ref.py checks our logits on the tiny ones; model/mamba.h):
+//   tiny-mamba      mamba   dim 64, 3 layers, d_inner 128, d_state 16, d_conv 4, dt_rank 4, vocab 512
+//   tiny-mamba2     mamba2  dim 64, 3 layers, d_inner 128, 8 heads of 16, 2 groups, d_state 16, d_conv 4
+//   tiny-jamba      jamba   dim 64, 5 layers: attention (4/2 heads, no rope) on layers 1 and 4, Mamba-1
+//                           (tiny-mamba's mixer with its dt/B/C norms) on the others; mixtures of 4
+//                           experts of ffn 160, top-2, on odd layers, dense FFNs of 160 on even ones
+//   mamba-130m      mamba   dim 768, 24 layers, d_inner 1536, d_state 16, dt_rank 48, d_conv 4,
+//                           vocab 50280, tied: state-spaces/mamba-130m's shape, for benchmarks
+//   mamba2-130m     mamba2  dim 768, 24 layers, d_inner 1536, 24 heads of 64, 1 group, d_state 128,
+//                           vocab 50280, tied: state-spaces/mamba2-130m's shape
+// Their weights are random but shaped like a trained model's: A = -exp(A_log) with A_log = log(1..d_state)
+// per channel (Mamba-1) or log of 1..16 across the heads (Mamba-2), dt_bias = softplus^-1 of a dt
+// log-spaced in [1e-3, 1e-1] across the channels, D = 1, conv taps of std 0.3; so the recurrence is
+// stable and decays at many time scales.
 // Embedding models (tests/ref/embed_ref.py checks our embeddings on the tiny ones; test std,
 // random LayerNorm weights and biases, a WordPiece vocabulary for the encoders):
 //   tiny-bert        bert        dim 64, 2 layers, 4 heads, ffn 128, ctx 128, vocab 1000, pooling mean
@@ -94,6 +108,11 @@ struct SynthPreset {
   // a WordPiece vocabulary (synth_wordpiece_vocab); decoders may say how to pool.
   int pooling = -1;            // <arch>.pooling_type (0 none, 1 mean, 2 cls, 3 last, 4 rank); -1: not written
   int n_cls_out = 0;           // bert reranker: the classifier head's outputs (cls.* tensors); 0: none
+  // State-space presets (mamba, mamba2, jamba: model/mamba.h). mamba2: dt_rank is the head count.
+  int ssm_d_inner = 0, ssm_d_state = 0, ssm_d_conv = 4, ssm_dt_rank = 0, ssm_n_group = 1;
+  // jamba: layer l attends when l >= attn_offset and (l - attn_offset) % attn_period == 0 (a Mamba
+  // layer otherwise); its FFN is a mixture of experts likewise by expert_period / expert_offset.
+  int attn_period = 0, attn_offset = 0, expert_period = 0, expert_offset = 0;
 };
 
 const std::vector<SynthPreset>& synth_presets();
