@@ -11,17 +11,20 @@
 // usage: infer_ssm_prefix MODEL ttft THREADS PREFIX REPEATS
 //        infer_ssm_prefix MODEL memory THREADS N [N...]
 //        infer_ssm_prefix MODEL spec THREADS TOKENS
+//        infer_ssm_prefix MODEL synth PRESET f32|f16   (writes the synthetic model first)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "tools/synth.h"
 
 using namespace infer;
 
@@ -135,8 +138,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto m = Model::load(argv[1]);
     const std::string what = argv[2];
+    if (what == "synth" && argc >= 5) {
+      const SynthPreset* p = find_synth_preset(argv[3]);
+      if (!p) throw std::runtime_error(std::string("no synth preset ") + argv[3]);
+      SynthOptions o;
+      o.type = std::string(argv[4]) == "f16" ? DType::F16 : DType::F32;
+      write_synth_model(*p, argv[1], o);
+      return 0;
+    }
+    auto m = Model::load(argv[1]);
     const int threads = std::atoi(argv[3]);
     if (what == "ttft" && argc >= 6) {
       ttft(*m, threads, std::atoi(argv[4]), std::atoi(argv[5]));

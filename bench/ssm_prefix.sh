@@ -10,9 +10,9 @@ BUILD=${1:-build}
 TYPE=${2:-f32}
 THREADS=${THREADS:-2}
 MODEL=${MODEL:-/tmp/ssm-bench-mamba-130m-$TYPE.gguf}
-nice ninja -C "$BUILD" infer_cli infer_ssm_prefix >/dev/null
+nice ninja -C "$BUILD" infer_ssm_prefix >/dev/null
 if [ ! -f "$MODEL" ]; then
-  "$BUILD/bin/infer" synth --preset mamba-130m --type "$TYPE" -o "$MODEL" --threads "$THREADS"
+  "$BUILD/bin/infer_ssm_prefix" "$MODEL" synth mamba-130m "$TYPE"
 fi
 echo "model $MODEL, $THREADS threads, $(nproc) cores"
 "$BUILD/bin/infer_ssm_prefix" "$MODEL" ttft "$THREADS" 1000 ${REPEATS:-3}

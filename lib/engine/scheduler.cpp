@@ -383,8 +383,11 @@ std::vector<Sequence*> Scheduler::fork_followers(Sequence& leader) {
 void Scheduler::commit_blocks() {
   for (auto& p : running_) {
     Sequence& s = *p;
-    if (!s.on_device() || s.done()) continue;
+    if (!s.on_device()) continue;
+    // A request that ended in this step still computed its blocks: they
+    // join the cache before it retires (a one-token request's prompt too).
     if (caches_prefix(s)) kv_.commit_blocks(s.slot, s.tokens().data(), s.n_computed, s.request().params().cache_salt);
+    if (s.done()) continue;
     if (config_.window > 0) kv_.release_before(s.slot, std::max(0, s.n_computed + 1 - config_.window));
     release_behind(s);
   }
