@@ -305,6 +305,21 @@ TEST_CASE("ssm engine: draft-model speculation (itself, and another mamba) gives
         CHECK(o.stats.n_spec_recomputed + o.stats.n_draft_recomputed > 0);
       }
     }
+    // An attention-free draft keeps a few blocks per sequence too.
+    if (m->config().attention_free()) {
+      EngineParams ep = base_params();
+      ep.spec = SpecMethod::Draft;
+      ep.draft_model = other.get();
+      ep.prefix_caching = false;
+      Engine e(*m, ep);
+      auto r = e.submit(greedy(random_prompt(*m, 300, 8), 24));
+      int most = 0;
+      while (e.step() > 0)
+        if (r->n_generated() > 0) most = std::max(most, e.draft_kv()->n_blocks_used());
+      CHECK(most > 0);
+      CHECK(most <= 4);
+      CHECK(generated(*r) == alone(*m, {random_prompt(*m, 300, 8)}, 24)[0]);
+    }
   }
 }
 

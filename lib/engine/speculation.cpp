@@ -189,6 +189,12 @@ class DraftModelDrafts final : public Drafter {
       // Known tokens only (no drafts yet): their full blocks are final.
       if (caches_prefix(s))
         kv_->commit_blocks(s.spec.slot, s.tokens().data(), s.spec.computed, s.request().params().cache_salt);
+      // An attention-free draft reads only the state in the block of its
+      // last position (and the boundary snapshot before it after a rollback).
+      if (state_only_) {
+        const int32_t bs = kv_->layout().block_size, keep = (s.spec.computed - 1) / bs - 1;
+        if (keep > 0) kv_->release_before(s.spec.slot, keep * bs);
+      }
       s.spec.draft.push_back(argmax_row(logits_.data() + r * static_cast<size_t>(n_vocab), n_vocab));
       fed.push_back(&s);
       fed_k.push_back(k[who_[r]]);
@@ -241,6 +247,7 @@ class DraftModelDrafts final : public Drafter {
   std::vector<float> logits_;
   std::vector<size_t> who_;
   bool recurrent_ = model_.config().recurrent();
+  bool state_only_ = model_.config().attention_free();
   uint64_t recomputed_ = 0;
 };
 
