@@ -95,11 +95,11 @@ void ssm_conv(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
   });
 }
 
-// The scan: work items are (sequence, block of heads of one group). An item
-// runs its heads' state in place in the block each position's snapshot
-// belongs to: the state read (or zeros) is copied into the block of the
-// first position, updated there up to the block's end (or the last row),
-// copied into the next block, and so on; then the D skip and the gate.
+// The scan: work items are (sequence, block of heads of one group, chunk of
+// rows within one block). An item runs its heads' state in place in the
+// block its rows' snapshot belongs to: the state before its first row (or
+// zeros) is copied into that block unless it is there already, updated
+// there, then the D skip and the gate of its rows.
 void ssm_scan(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b, const SsmScanParams& p) {
   HostKvMemory& kv = as_host_memory(kvm);
   const KvLayout& l = kv.layout();
@@ -119,60 +119,69 @@ void ssm_scan(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
   const int64_t n_hb = G * items_per_group;
   const int64_t HP = H * P;
   const IsaKernels& kern = kernels();
-  pool.parallel_for(static_cast<int64_t>(b.n_seqs) * n_hb, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t item = i0; item < i1; ++item) {
-      const int i = static_cast<int>(item / n_hb);
-      const int64_t g = (item % n_hb) / items_per_group;
-      const int64_t j0 = g * hpg + ((item % n_hb) % items_per_group) * per;
-      const int64_t nh = std::min(per, (g + 1) * hpg - j0);
-      const int64_t p0 = b.pos0[i], n = b.n_rows[i], r0 = b.row0[i];
-      const size_t bytes = sizeof(float) * static_cast<size_t>(nh * P * N);
-      const float* src = p0 > 0 ? kv.ssm_state(ssm_layer, state_block(b, i, p0 - 1, bs)) + conv + j0 * P * N : nullptr;
-      SsmScanRun run;
-      run.n_head = nh;
-      run.head_dim = P;
-      run.d_state = N;
-      run.dt_stride = p.dt_stride;
-      run.dt_bias = p.dt_bias ? p.dt_bias + j0 : nullptr;
-      run.a_per_state = p.a_per_state;
-      run.A = p.A + (p.a_per_state ? j0 * N : j0);
-      run.x_stride = p.x_stride;
-      run.b_stride = p.b_stride;
-      run.c_stride = p.c_stride;
-      run.y_stride = HP;
-      for (int64_t t = 0; t < n;) {
+  // Rounds: round k runs every sequence's k-th chunk (its rows up to the
+  // end of a block), all heads in parallel, so the threads walk the rows
+  // together (a chunk's rows stay in cache) rather than one head block each
+  // through all the rows.
+  auto first_rows = [&](int i) { return std::min<int64_t>(b.n_rows[i], bs - b.pos0[i] % bs); };
+  int64_t rounds = 0;
+  for (int i = 0; i < b.n_seqs; ++i)
+    rounds = std::max<int64_t>(rounds, 1 + (b.n_rows[i] - first_rows(i) + bs - 1) / bs);
+  for (int64_t k = 0; k < rounds; ++k) {
+    pool.parallel_for(static_cast<int64_t>(b.n_seqs) * n_hb, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t item = i0; item < i1; ++item) {
+        const int i = static_cast<int>(item / n_hb);
+        const int64_t p0 = b.pos0[i], n = b.n_rows[i], r0 = b.row0[i];
+        const int64_t t = k == 0 ? 0 : first_rows(i) + (k - 1) * bs;  // the chunk's first row
+        if (t >= n) continue;
+        const int64_t T = k == 0 ? first_rows(i) : std::min<int64_t>(bs, n - t);
         const int64_t pos = p0 + t;
+        const int64_t g = (item % n_hb) / items_per_group;
+        const int64_t j0 = g * hpg + ((item % n_hb) % items_per_group) * per;
+        const int64_t nh = std::min(per, (g + 1) * hpg - j0);
+        const size_t bytes = sizeof(float) * static_cast<size_t>(nh * P * N);
+        const float* src =
+            pos > 0 ? kv.ssm_state(ssm_layer, state_block(b, i, pos - 1, bs)) + conv + j0 * P * N : nullptr;
         float* dst = kv.ssm_state(ssm_layer, state_block(b, i, pos, bs)) + conv + j0 * P * N;
         if (dst != src) {
           if (src) std::memcpy(dst, src, bytes);
           else std::memset(dst, 0, bytes);
         }
-        const int64_t T = std::min<int64_t>(n - t, bs - pos % bs);
         const int64_t r = r0 + t;
+        SsmScanRun run;
         run.T = T;
+        run.n_head = nh;
+        run.head_dim = P;
+        run.d_state = N;
         run.dt = p.dt + r * p.dt_stride + j0;
+        run.dt_stride = p.dt_stride;
+        run.dt_bias = p.dt_bias ? p.dt_bias + j0 : nullptr;
+        run.a_per_state = p.a_per_state;
+        run.A = p.A + (p.a_per_state ? j0 * N : j0);
         run.x = p.x + r * p.x_stride + j0 * P;
+        run.x_stride = p.x_stride;
         run.B = p.B + r * p.b_stride + g * N;
+        run.b_stride = p.b_stride;
         run.C = p.C + r * p.c_stride + g * N;
+        run.c_stride = p.c_stride;
         run.y = p.y + r * HP + j0 * P;
+        run.y_stride = HP;
         kern.ssm_scan(dst, run);
-        src = dst;
-        t += T;
-      }
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t r = r0 + t;
-        float* y = p.y + r * HP + j0 * P;
-        if (p.D) {
-          const float* xr = p.x + r * p.x_stride + j0 * P;
-          for (int64_t j = 0; j < nh; ++j) {
-            const float d = p.D[j0 + j];
-            for (int64_t q = 0; q < P; ++q) y[j * P + q] += d * xr[j * P + q];
+        // The D skip and the gate of the chunk's rows.
+        for (int64_t u = r; u < r + T; ++u) {
+          float* y = p.y + u * HP + j0 * P;
+          if (p.D) {
+            const float* xr = p.x + u * p.x_stride + j0 * P;
+            for (int64_t j = 0; j < nh; ++j) {
+              const float d = p.D[j0 + j];
+              for (int64_t q = 0; q < P; ++q) y[j * P + q] += d * xr[j * P + q];
+            }
           }
+          if (p.z) kern.swiglu(p.z + u * p.z_stride + j0 * P, y, y, nh * P);
         }
-        if (p.z) kern.swiglu(p.z + r * p.z_stride + j0 * P, y, y, nh * P);
       }
-    }
-  });
+    });
+  }
 }
 
 void rms_norm_groups(ThreadPool& pool, const float* x, int64_t x_stride, const float* weight, int64_t m,
