@@ -102,10 +102,10 @@ void memory(const Model& m, int threads, const std::vector<int>& lens) {
     const uint64_t per_block = e.kv_plan().block_bytes();
     std::printf(
         "memory context=%d: %d blocks held while decoding = %llu bytes (%.2f MiB; block %llu bytes, of which state %llu); "
-        "max_concurrency(%d) with this pool = %d; run %.1f s\n",
+        "the plan's blocks_held(%d) = %lld; run %.1f s\n",
         n, most, static_cast<unsigned long long>(most * per_block), most * per_block / 1048576.0,
         static_cast<unsigned long long>(per_block), static_cast<unsigned long long>(e.kv().layout().state_bytes()), n,
-        e.max_concurrency(n, 0), s);
+        static_cast<long long>(e.kv_plan().blocks_held(n)), s);
   }
 }
 

@@ -223,7 +223,7 @@ TEST_CASE("ssm engine: copy-on-write and swapping carry the recurrent state", "[
 // ---- the engine on the tiny synthetic models ----
 
 TEST_CASE("ssm engine: greedy text alone equals a batch of 16 with preemption, host tier on and off",
-          "[ssm_engine][slow]") {
+          "[ssm_engine]") {
   for (const char* name : kModels) {
     CAPTURE(name);
     NEED_SYNTH(m, name);
