@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -57,7 +58,9 @@ void ssm_conv(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
   const int bs = l.block_size;
   const int64_t n_cb = (channels + kConvBlock - 1) / kConvBlock;
   const IsaKernels& kern = kernels();
-  pool.parallel_for(static_cast<int64_t>(b.n_seqs) * n_cb, 1, [&](int64_t i0, int64_t i1) {
+  // (std::cref: the pool's std::function holds a reference, no copy of the
+  // captures on the heap.)
+  const auto body = [&](int64_t i0, int64_t i1) {
     alignas(64) float win[kMaxConv * kConvBlock];  // the previous inputs, oldest first: [k1][nc]
     alignas(64) float wt[kMaxConv * kConvBlock];   // taps, [d_conv][nc]
     const float* rows[kMaxConv];
@@ -92,7 +95,8 @@ void ssm_conv(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
         }
       }
     }
-  });
+  };
+  pool.parallel_for(static_cast<int64_t>(b.n_seqs) * n_cb, 1, std::cref(body));
 }
 
 // The scan: work items are (sequence, block of heads of one group, chunk of
@@ -128,7 +132,7 @@ void ssm_scan(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
   for (int i = 0; i < b.n_seqs; ++i)
     rounds = std::max<int64_t>(rounds, 1 + (b.n_rows[i] - first_rows(i) + bs - 1) / bs);
   for (int64_t k = 0; k < rounds; ++k) {
-    pool.parallel_for(static_cast<int64_t>(b.n_seqs) * n_hb, 1, [&](int64_t i0, int64_t i1) {
+    const auto body = [&](int64_t i0, int64_t i1) {
       for (int64_t item = i0; item < i1; ++item) {
         const int i = static_cast<int>(item / n_hb);
         const int64_t p0 = b.pos0[i], n = b.n_rows[i], r0 = b.row0[i];
@@ -180,7 +184,8 @@ void ssm_scan(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
           if (p.z) kern.swiglu(p.z + u * p.z_stride + j0 * P, y, y, nh * P);
         }
       }
-    });
+    };
+    pool.parallel_for(static_cast<int64_t>(b.n_seqs) * n_hb, 1, std::cref(body));
   }
 }
 
