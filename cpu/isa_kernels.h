@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "cpu/kernels.h"
 #include "cpu/qmatmul.h"
 
 namespace infer::cpu {
@@ -32,6 +33,10 @@ namespace infer::cpu {
   void quantize_acts(const float* x, int64_t n, int64_t n_pad, int64_t block, int8_t* q, uint8_t* u, float* d, \
                      float* xs);
 
+#define INFER_CPU_SSM_KERNELS                                                                               \
+  void ssm_scan(float* h, const SsmScanRun& r);                                                             \
+  void ssm_conv_row(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv, float* out);
+
 #define INFER_CPU_ATTENTION_KERNELS                                                                             \
   void attn_scores(const float* q, int nq, int64_t q_stride, const float* k, int n, int hd, float scale, float* s, \
                    int64_t s_stride);                                                                           \
@@ -41,17 +46,20 @@ namespace infer::cpu {
 namespace scalar {  // cpu/scalar/kernels_scalar.cpp
 INFER_CPU_VECTOR_KERNELS
 INFER_CPU_ATTENTION_KERNELS
+INFER_CPU_SSM_KERNELS
 FormatKernel format_kernel(DType t, int64_t m);
 }  // namespace scalar
 
 namespace avx2 {  // cpu/avx2/: AVX2 + FMA + F16C
 INFER_CPU_VECTOR_KERNELS
 INFER_CPU_ATTENTION_KERNELS
+INFER_CPU_SSM_KERNELS
 FormatKernel format_kernel(DType t, int64_t m);
 }  // namespace avx2
 
 namespace avx512 {  // cpu/avx512/: AVX-512 F/BW/VL/DQ + VNNI
 INFER_CPU_ATTENTION_KERNELS
+void ssm_scan(float* h, const SsmScanRun& r);  // cpu/avx512/ssm_avx512.cpp
 FormatKernel format_kernel(DType t, int64_t m);
 }  // namespace avx512
 
@@ -61,5 +69,6 @@ FormatKernel format_kernel(DType t, int64_t m);
 
 #undef INFER_CPU_VECTOR_KERNELS
 #undef INFER_CPU_ATTENTION_KERNELS
+#undef INFER_CPU_SSM_KERNELS
 
 }  // namespace infer::cpu

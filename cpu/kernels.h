@@ -31,6 +31,25 @@ namespace infer::cpu {
 
 struct FormatKernel;  // cpu/qmatmul.h
 
+// One call of the selective-scan kernel (cpu/ssm.cpp; the formulas of
+// SsmScanParams, core/backend.h): T tokens of n_head heads that share one
+// group of B and C. Every pointer is already offset to the call's first head
+// and first token: head j, row p of token t reads dt[t*dt_stride + j],
+// x[t*x_stride + j*head_dim + p], B[t*b_stride + s], C[t*c_stride + s],
+// A[j*d_state + s] (a_per_state) or A[j], dt_bias[j] (nullable), and writes
+// y[t*y_stride + j*head_dim + p] = sum_s h*C (without the D skip and the
+// gate, which cpu/ssm.cpp applies).
+struct SsmScanRun {
+  int64_t T = 0, n_head = 0, head_dim = 1, d_state = 0;
+  const float* dt = nullptr;  int64_t dt_stride = 0;
+  const float* dt_bias = nullptr;
+  const float* A = nullptr;   bool a_per_state = true;
+  const float* x = nullptr;   int64_t x_stride = 0;
+  const float* B = nullptr;   int64_t b_stride = 0;
+  const float* C = nullptr;   int64_t c_stride = 0;
+  float* y = nullptr;         int64_t y_stride = 0;
+};
+
 struct IsaKernels {
   const char* isa;  // its name (isa_name())
 
@@ -86,6 +105,20 @@ struct IsaKernels {
   // + b (b may be nullptr; y may be x), the variance about the mean (two
   // passes), so rows with a large mean keep it.
   void (*layer_norm)(const float* x, const float* w, const float* b, int64_t n, float eps, float* y);
+
+  // ---- state-space layers (cpu/ssm.cpp) ----
+  // The recurrence of SsmScanRun over its T tokens, the state h
+  // ([n_head][head_dim][d_state], contiguous) updated in place. Each head's
+  // and row's results go through the same operations whatever T, n_head and
+  // the head's place in the call (one run == chunks == token by token,
+  // bitwise).
+  void (*ssm_scan)(float* h, const SsmScanRun& r);
+  // One output row of the causal depthwise convolution over n channels:
+  // out[c] = silu(bias[c] + sum_{k < d_conv} wt[k*n + c] * in[k][c]) (bias
+  // nullable; in[k] the input k - d_conv + 1 steps back, wt the taps
+  // transposed, [d_conv][n]).
+  void (*ssm_conv_row)(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv,
+                       float* out);
 
   // ---- matmul (cpu/matmul.cpp; internals in cpu/qmatmul.h) ----
   // Quantizes one row of n floats into int8 blocks of `block` values (n_pad

@@ -1,22 +1,27 @@
-// State-space operations on the CPU: the first, plain version (sequential
-// scan per sequence, parallel over channels / heads).
+// State-space operations on the CPU: the drivers (which block a sequence's
+// state is read from and written to, work split over the thread pool) around
+// the kernels of the ISA table (cpu/kernels.h: ssm_scan, ssm_conv_row,
+// rms_norm, swiglu for the gate).
 #include "cpu/ssm.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
 #include "core/threadpool.h"
+#include "cpu/kernels.h"
 #include "kv/kv_format.h"
 
 namespace infer::cpu {
 
 namespace {
 
-inline float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
-inline float silu(float v) { return v / (1.0f + std::exp(-v)); }
+constexpr int kMaxConv = 16;           // taps of the convolution, at most
+constexpr int64_t kConvBlock = 256;    // channels of one convolution work item
+constexpr int64_t kScanItem = 1024;    // values of state of one scan work item, about
 
 // The block holding the state after position p of sequence i.
 inline int state_block(const SsmBatch& b, int i, int64_t p, int bs) {
@@ -35,105 +40,162 @@ void check_batch(const KvMemory& kv, int ssm_layer, const SsmBatch& b) {
 
 }  // namespace
 
+// The convolution: work items are (sequence, block of up to kConvBlock
+// channels). An item copies its channels' conv state into a local window
+// first (the block it reads may be the block it writes), transposes its taps
+// once, then runs its rows through the row kernel and writes the snapshots.
 void ssm_conv(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b, const float* x, int64_t x_stride,
               int64_t channels, int d_conv, const float* w, const float* bias, float* out) {
   HostKvMemory& kv = as_host_memory(kvm);
   const KvLayout& l = kv.layout();
   check_batch(kv, ssm_layer, b);
-  const int k1 = d_conv - 1;
-  if (d_conv < 1 || static_cast<int64_t>(k1) * channels != l.ssm_conv_elems)
+  if (d_conv < 1 || channels <= 0 || static_cast<int64_t>(d_conv - 1) * channels != l.ssm_conv_elems)
     raise(Status::Internal, "ssm_conv: %lld channels x %d taps do not fit the pool's conv state of %lld",
           static_cast<long long>(channels), d_conv, static_cast<long long>(l.ssm_conv_elems));
+  if (d_conv > kMaxConv)
+    raise(Status::Unsupported, "ssm_conv: a convolution of %d taps (at most %d)", d_conv, kMaxConv);
+  const int k1 = d_conv - 1;
   const int bs = l.block_size;
-  pool.parallel_for(channels, 64, [&](int64_t c0, int64_t c1) {
-    std::vector<float> win(static_cast<size_t>(d_conv));
-    for (int i = 0; i < b.n_seqs; ++i) {
+  const int64_t n_cb = (channels + kConvBlock - 1) / kConvBlock;
+  const IsaKernels& kern = kernels();
+  // (std::cref: the pool's std::function holds a reference, no copy of the
+  // captures on the heap.)
+  const auto body = [&](int64_t i0, int64_t i1) {
+    alignas(64) float win[kMaxConv * kConvBlock];  // the previous inputs, oldest first: [k1][nc]
+    alignas(64) float wt[kMaxConv * kConvBlock];   // taps, [d_conv][nc]
+    const float* rows[kMaxConv];
+    int64_t wt_block = -1;
+    for (int64_t item = i0; item < i1; ++item) {
+      const int i = static_cast<int>(item / n_cb);
+      const int64_t cb = item % n_cb;
+      const int64_t c0 = cb * kConvBlock, nc = std::min(kConvBlock, channels - c0);
+      if (cb != wt_block) {
+        for (int k = 0; k < d_conv; ++k)
+          for (int64_t c = 0; c < nc; ++c) wt[k * nc + c] = w[(c0 + c) * d_conv + k];
+        wt_block = cb;
+      }
       const int64_t p0 = b.pos0[i], n = b.n_rows[i], r0 = b.row0[i];
-      const float* src = p0 > 0 ? kv.ssm_state(ssm_layer, state_block(b, i, p0 - 1, bs)) : nullptr;
-      for (int64_t c = c0; c < c1; ++c) {
-        // win[0..k1) = the previous inputs, oldest first.
-        for (int k = 0; k < k1; ++k) win[k] = src ? src[static_cast<size_t>(k) * channels + c] : 0.0f;
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t r = r0 + t;
-          win[k1] = x[r * x_stride + c];
-          float s = bias ? bias[c] : 0.0f;
-          const float* wc = w + c * d_conv;
-          for (int k = 0; k < d_conv; ++k) s += wc[k] * win[k];
-          out[r * channels + c] = silu(s);
-          for (int k = 0; k < k1; ++k) win[k] = win[k + 1];
-          const int64_t p = p0 + t;
-          if ((p + 1) % bs == 0 || t == n - 1) {
-            float* dst = kv.ssm_state(ssm_layer, state_block(b, i, p, bs));
-            for (int k = 0; k < k1; ++k) dst[static_cast<size_t>(k) * channels + c] = win[k];
-          }
+      if (p0 > 0) {
+        const float* src = kv.ssm_state(ssm_layer, state_block(b, i, p0 - 1, bs));
+        for (int k = 0; k < k1; ++k) std::memcpy(win + k * nc, src + k * channels + c0, sizeof(float) * nc);
+      } else {
+        std::fill(win, win + k1 * nc, 0.0f);
+      }
+      // Input k steps back from row t: the window for rows before the first.
+      auto input = [&](int64_t t) -> const float* {
+        return t >= 0 ? x + (r0 + t) * x_stride + c0 : win + (k1 + t) * nc;
+      };
+      for (int64_t t = 0; t < n; ++t) {
+        for (int k = 0; k < d_conv; ++k) rows[k] = input(t - k1 + k);
+        kern.ssm_conv_row(rows, wt, bias ? bias + c0 : nullptr, nc, d_conv, out + (r0 + t) * channels + c0);
+        const int64_t p = p0 + t;
+        if ((p + 1) % bs == 0 || t == n - 1) {
+          float* dst = kv.ssm_state(ssm_layer, state_block(b, i, p, bs));
+          for (int k = 0; k < k1; ++k) std::memcpy(dst + k * channels + c0, input(t - k1 + 1 + k), sizeof(float) * nc);
         }
       }
     }
-  });
+  };
+  pool.parallel_for(static_cast<int64_t>(b.n_seqs) * n_cb, 1, std::cref(body));
 }
 
+// The scan: work items are (sequence, block of heads of one group, chunk of
+// rows within one block). An item runs its heads' state in place in the
+// block its rows' snapshot belongs to: the state before its first row (or
+// zeros) is copied into that block unless it is there already, updated
+// there, then the D skip and the gate of its rows.
 void ssm_scan(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b, const SsmScanParams& p) {
   HostKvMemory& kv = as_host_memory(kvm);
   const KvLayout& l = kv.layout();
   check_batch(kv, ssm_layer, b);
   const int64_t H = p.n_head, P = p.head_dim, N = p.d_state, G = p.n_group;
   if (H <= 0 || P <= 0 || N <= 0 || G <= 0 || H % G != 0 || H * P * N != l.ssm_state_elems)
-    raise(Status::Internal, "ssm_scan: %lld heads x %lld x %lld state do not fit the pool's %lld",
+    raise(Status::Internal, "ssm_scan: %lld heads x %lld x %lld state in %lld groups do not fit the pool's %lld",
           static_cast<long long>(H), static_cast<long long>(P), static_cast<long long>(N),
-          static_cast<long long>(l.ssm_state_elems));
+          static_cast<long long>(G), static_cast<long long>(l.ssm_state_elems));
   const int bs = l.block_size;
   const int64_t conv = l.ssm_conv_elems;
   const int64_t hpg = H / G;
-  pool.parallel_for(H, 4, [&](int64_t h0, int64_t h1) {
-    std::vector<float> st(static_cast<size_t>(P * N)), dA(static_cast<size_t>(N));
-    for (int i = 0; i < b.n_seqs; ++i) {
-      const int64_t p0 = b.pos0[i], n = b.n_rows[i], r0 = b.row0[i];
-      const float* src = p0 > 0 ? kv.ssm_state(ssm_layer, state_block(b, i, p0 - 1, bs)) + conv : nullptr;
-      for (int64_t h = h0; h < h1; ++h) {
-        const int64_t g = h / hpg;
-        if (src) std::memcpy(st.data(), src + h * P * N, sizeof(float) * P * N);
-        else std::fill(st.begin(), st.end(), 0.0f);
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t r = r0 + t;
-          const float dt = softplus(p.dt[r * p.dt_stride + h] + (p.dt_bias ? p.dt_bias[h] : 0.0f));
-          for (int64_t s = 0; s < N; ++s) dA[s] = std::exp(dt * (p.a_per_state ? p.A[h * N + s] : p.A[h]));
-          const float* Bv = p.B + r * p.b_stride + g * N;
-          const float* Cv = p.C + r * p.c_stride + g * N;
-          for (int64_t q = 0; q < P; ++q) {
-            const float xv = p.x[r * p.x_stride + h * P + q];
-            float* hs = st.data() + q * N;
-            float y = 0.0f;
-            for (int64_t s = 0; s < N; ++s) {
-              hs[s] = hs[s] * dA[s] + dt * xv * Bv[s];
-              y += hs[s] * Cv[s];
+  // Heads per item: about kScanItem values of state (a Mamba-1 item of 64
+  // channels of 16, a Mamba-2 item of one head of 64 x 128), within a group.
+  const int64_t per = std::clamp<int64_t>(kScanItem / (P * N), 1, hpg);
+  const int64_t items_per_group = (hpg + per - 1) / per;
+  const int64_t n_hb = G * items_per_group;
+  const int64_t HP = H * P;
+  const IsaKernels& kern = kernels();
+  // Rounds: round k runs every sequence's k-th chunk (its rows up to the
+  // end of a block), all heads in parallel, so the threads walk the rows
+  // together (a chunk's rows stay in cache) rather than one head block each
+  // through all the rows.
+  auto first_rows = [&](int i) { return std::min<int64_t>(b.n_rows[i], bs - b.pos0[i] % bs); };
+  int64_t rounds = 0;
+  for (int i = 0; i < b.n_seqs; ++i)
+    rounds = std::max<int64_t>(rounds, 1 + (b.n_rows[i] - first_rows(i) + bs - 1) / bs);
+  for (int64_t k = 0; k < rounds; ++k) {
+    const auto body = [&](int64_t i0, int64_t i1) {
+      for (int64_t item = i0; item < i1; ++item) {
+        const int i = static_cast<int>(item / n_hb);
+        const int64_t p0 = b.pos0[i], n = b.n_rows[i], r0 = b.row0[i];
+        const int64_t t = k == 0 ? 0 : first_rows(i) + (k - 1) * bs;  // the chunk's first row
+        if (t >= n) continue;
+        const int64_t T = k == 0 ? first_rows(i) : std::min<int64_t>(bs, n - t);
+        const int64_t pos = p0 + t;
+        const int64_t g = (item % n_hb) / items_per_group;
+        const int64_t j0 = g * hpg + ((item % n_hb) % items_per_group) * per;
+        const int64_t nh = std::min(per, (g + 1) * hpg - j0);
+        const size_t bytes = sizeof(float) * static_cast<size_t>(nh * P * N);
+        const float* src =
+            pos > 0 ? kv.ssm_state(ssm_layer, state_block(b, i, pos - 1, bs)) + conv + j0 * P * N : nullptr;
+        float* dst = kv.ssm_state(ssm_layer, state_block(b, i, pos, bs)) + conv + j0 * P * N;
+        if (dst != src) {
+          if (src) std::memcpy(dst, src, bytes);
+          else std::memset(dst, 0, bytes);
+        }
+        const int64_t r = r0 + t;
+        SsmScanRun run;
+        run.T = T;
+        run.n_head = nh;
+        run.head_dim = P;
+        run.d_state = N;
+        run.dt = p.dt + r * p.dt_stride + j0;
+        run.dt_stride = p.dt_stride;
+        run.dt_bias = p.dt_bias ? p.dt_bias + j0 : nullptr;
+        run.a_per_state = p.a_per_state;
+        run.A = p.A + (p.a_per_state ? j0 * N : j0);
+        run.x = p.x + r * p.x_stride + j0 * P;
+        run.x_stride = p.x_stride;
+        run.B = p.B + r * p.b_stride + g * N;
+        run.b_stride = p.b_stride;
+        run.C = p.C + r * p.c_stride + g * N;
+        run.c_stride = p.c_stride;
+        run.y = p.y + r * HP + j0 * P;
+        run.y_stride = HP;
+        kern.ssm_scan(dst, run);
+        // The D skip and the gate of the chunk's rows.
+        for (int64_t u = r; u < r + T; ++u) {
+          float* y = p.y + u * HP + j0 * P;
+          if (p.D) {
+            const float* xr = p.x + u * p.x_stride + j0 * P;
+            for (int64_t j = 0; j < nh; ++j) {
+              const float d = p.D[j0 + j];
+              for (int64_t q = 0; q < P; ++q) y[j * P + q] += d * xr[j * P + q];
             }
-            if (p.D) y += p.D[h] * xv;
-            if (p.z) y *= silu(p.z[r * p.z_stride + h * P + q]);
-            p.y[r * H * P + h * P + q] = y;
           }
-          const int64_t pos = p0 + t;
-          if ((pos + 1) % bs == 0 || t == n - 1) {
-            float* dst = kv.ssm_state(ssm_layer, state_block(b, i, pos, bs)) + conv;
-            std::memcpy(dst + h * P * N, st.data(), sizeof(float) * P * N);
-          }
+          if (p.z) kern.swiglu(p.z + u * p.z_stride + j0 * P, y, y, nh * P);
         }
       }
-    }
-  });
+    };
+    pool.parallel_for(static_cast<int64_t>(b.n_seqs) * n_hb, 1, std::cref(body));
+  }
 }
 
 void rms_norm_groups(ThreadPool& pool, const float* x, int64_t x_stride, const float* weight, int64_t m,
                      int64_t n_group, int64_t gs, float eps, float* y) {
   pool.parallel_for(m * n_group, 64, [&](int64_t a, int64_t e) {
+    const IsaKernels& kern = kernels();
     for (int64_t k = a; k < e; ++k) {
       const int64_t r = k / n_group, g = k % n_group;
-      const float* xr = x + r * x_stride + g * gs;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < gs; ++i) ss += xr[i] * xr[i];
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(gs) + eps);
-      float* yr = y + r * n_group * gs + g * gs;
-      const float* wg = weight + g * gs;
-      for (int64_t i = 0; i < gs; ++i) yr[i] = xr[i] * inv * wg[i];
+      kern.rms_norm(x + r * x_stride + g * gs, weight + g * gs, gs, eps, y + r * n_group * gs + g * gs);
     }
   });
 }

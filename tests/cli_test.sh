@@ -499,10 +499,11 @@ if [ "$RC" -eq 0 ] && ! grep -q "girl" "$OUT"; then pass "run --stop may be repe
 # take under half a second on a quiet machine, and the run ended first).
 timeout 300 "$INFER" run -m "$MODEL" -p "Once upon a time" -n -1 -c 200000 --ignore-eos --temp 0 >"$OUT" 2>"$ERR" &
 pid=$!
-# The signal goes once text is streaming (not after a fixed delay: a loaded
-# machine may still be loading the model then, which ends as 130 without
-# statistics to print).
-for _ in $(seq 1 600); do
+# The signal goes once text is streaming, or after 120 s (a loaded CI
+# machine once took over 30 s to get there). A signal that comes earlier,
+# while the model loads, must give the same result: run catches Ctrl-C
+# before it loads anything and stops at the first token.
+for _ in $(seq 1 2400); do
   [ "$(wc -c <"$OUT")" -gt 40 ] && break
   kill -0 $pid 2>/dev/null || break
   sleep 0.05
@@ -514,6 +515,25 @@ if [ "$RC" -eq 130 ] && grep -q "interrupted" "$ERR" && grep -q "generated" "$ER
   pass "run: Ctrl-C stops generation and prints the statistics"
 else
   fail "run: Ctrl-C (exit $RC)" "$(said)"
+fi
+# Ctrl-C as early as run can take it (its SIGINT handler shows in
+# /proc/PID/status as SigCgt bit 2, before the model loads): the same exit
+# and statistics, not a death by the signal.
+"$INFER" run -m "$MODEL" -p "Once upon a time" -n -1 -c 200000 --ignore-eos --temp 0 >"$OUT" 2>"$ERR" &
+pid=$!
+for _ in $(seq 1 2400); do
+  cgt=$(awk '/^SigCgt:/ {print $2}' /proc/$pid/status 2>/dev/null || true)
+  [ -n "$cgt" ] && [ $(( 0x$cgt & 2 )) -ne 0 ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.01
+done
+kill -INT $pid
+wait $pid
+RC=$?
+if [ "$RC" -eq 130 ] && grep -q "interrupted" "$ERR" && grep -q "generated" "$ERR"; then
+  pass "run: an early Ctrl-C (before any text) still stops with the statistics"
+else
+  fail "run: early Ctrl-C (exit $RC)" "$(said)"
 fi
 # The default model is found from the executable, whatever the current directory.
 (cd / && INFER_SHARED_DIR= timeout 300 "$INFER" run -p "Once" -n 4 --temp 0 >"$OUT" 2>"$ERR")

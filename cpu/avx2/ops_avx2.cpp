@@ -484,6 +484,83 @@ void rope_avx2(float* v, const float* cs, int half, bool neox) {
   }
 }
 
+// ---- state-space layers ----
+
+// Lanes [0, n) of 8 set (n <= 8 counts; more sets all), for maskload / maskstore.
+inline __m256i lane_mask(int64_t n) {
+  const int k = static_cast<int>(std::min<int64_t>(n, 8));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline float softplus1(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+
+// The scan (cpu/kernels.h): each row of state 8 values at a time (the tail
+// masked, so every row goes through the same instructions), dt and the
+// scalar decay computed ahead for up to 64 tokens of a head.
+void ssm_scan_avx2(float* h, const SsmScanRun& r) {
+  constexpr int64_t kChunk = 64;
+  const int64_t P = r.head_dim, N = r.d_state;
+  float dts[kChunk], decay[kChunk];
+  for (int64_t j = 0; j < r.n_head; ++j) {
+    float* hj = h + j * P * N;
+    const float bias = r.dt_bias ? r.dt_bias[j] : 0.0f;
+    const float* A = r.A + j * N;
+    for (int64_t t0 = 0; t0 < r.T; t0 += kChunk) {
+      const int64_t tn = std::min(kChunk, r.T - t0);
+      for (int64_t t = 0; t < tn; ++t) {
+        dts[t] = softplus1(r.dt[(t0 + t) * r.dt_stride + j] + bias);
+        if (!r.a_per_state) decay[t] = std::exp(dts[t] * r.A[j]);
+      }
+      for (int64_t p = 0; p < P; ++p) {
+        float* hp = hj + p * N;
+        for (int64_t t = 0; t < tn; ++t) {
+          const int64_t tt = t0 + t;
+          const __m256 dt = _mm256_set1_ps(dts[t]);
+          const __m256 dtx = _mm256_set1_ps(dts[t] * r.x[tt * r.x_stride + j * P + p]);
+          const float* B = r.B + tt * r.b_stride;
+          const float* C = r.C + tt * r.c_stride;
+          __m256 acc = _mm256_setzero_ps();
+          const __m256 scalar_decay = _mm256_set1_ps(r.a_per_state ? 0.0f : decay[t]);
+          for (int64_t s = 0; s < N; s += 8) {
+            __m256 hv, bv, cv, dA;
+            const bool full = s + 8 <= N;
+            const __m256i m = lane_mask(N - s);
+            if (full) {
+              hv = _mm256_loadu_ps(hp + s);
+              bv = _mm256_loadu_ps(B + s);
+              cv = _mm256_loadu_ps(C + s);
+              dA = r.a_per_state ? exp256(_mm256_mul_ps(dt, _mm256_loadu_ps(A + s))) : scalar_decay;
+            } else {
+              hv = _mm256_maskload_ps(hp + s, m);
+              bv = _mm256_maskload_ps(B + s, m);
+              cv = _mm256_maskload_ps(C + s, m);
+              dA = r.a_per_state ? exp256(_mm256_mul_ps(dt, _mm256_maskload_ps(A + s, m))) : scalar_decay;
+            }
+            hv = _mm256_fmadd_ps(hv, dA, _mm256_mul_ps(dtx, bv));
+            acc = _mm256_fmadd_ps(hv, cv, acc);
+            if (full) _mm256_storeu_ps(hp + s, hv);
+            else _mm256_maskstore_ps(hp + s, m, hv);
+          }
+          r.y[tt * r.y_stride + j * P + p] = hsum(acc);
+        }
+      }
+    }
+  }
+}
+
+// One convolution row (cpu/kernels.h), 8 channels at a time, the tail masked.
+void ssm_conv_row_avx2(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv,
+                       float* out) {
+  for (int64_t c = 0; c < n; c += 8) {
+    const __m256i m = lane_mask(n - c);
+    __m256 s = bias ? _mm256_maskload_ps(bias + c, m) : _mm256_setzero_ps();
+    for (int k = 0; k < d_conv; ++k)
+      s = _mm256_fmadd_ps(_mm256_maskload_ps(wt + k * n + c, m), _mm256_maskload_ps(in[k] + c, m), s);
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), s));
+    _mm256_maskstore_ps(out + c, m, _mm256_div_ps(s, _mm256_add_ps(_mm256_set1_ps(1.0f), e)));
+  }
+}
+
 }  // namespace
 
 // The entry points of cpu/isa_kernels.h.
@@ -509,6 +586,10 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) { geglu_av
 void softcap(float* x, int64_t n, float cap) { softcap_avx2(x, n, cap); }
 void gelu_erf(float* x, int64_t n) { gelu_erf_avx2(x, n); }
 void tanh_f32(float* x, int64_t n) { tanh_avx2(x, n); }
+void ssm_scan(float* h, const SsmScanRun& r) { ssm_scan_avx2(h, r); }
+void ssm_conv_row(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv, float* out) {
+  ssm_conv_row_avx2(in, wt, bias, n, d_conv, out);
+}
 void layer_norm(const float* x, const float* w, const float* b, int64_t n, float eps, float* y) {
   layer_norm_avx2(x, w, b, n, eps, y);
 }

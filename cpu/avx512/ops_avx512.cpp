@@ -19,6 +19,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "cpu/isa_kernels.h"
@@ -150,10 +151,176 @@ void attn_accum_avx512(const float* p, int nq, int64_t ps, const float* v, int n
   if (hd - d == 16) accum_queries<1>(p, nq, ps, v, n, hd, o, os, d);
 }
 
+// ---- state-space layers ----
+
+// exp(x) for every lane, as AVX2's exp256 (cpu/avx2/ops_avx2.cpp) computes
+// it: x = n ln2 + r, exp(r) by its Taylor series to degree 7, times 2^n;
+// below -87 gives 0, above 88 gives exp(88).
+inline __m512 exp512(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440054690583e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~underflow), p, _mm512_castsi512_ps(e));
+}
+
+// softplus(v) = v above 20, else max(v, 0) + log1p(exp(-|v|)), with
+// log1p(u) = 2 atanh(u / (2 + u)) by its series (u <= 1: w <= 1/3, the
+// terms to w^15, the rest under 2e-9 relative).
+inline __m512 softplus512(__m512 v) {
+  const __m512 a = _mm512_abs_ps(v);
+  const __m512 u = exp512(_mm512_sub_ps(_mm512_setzero_ps(), a));
+  const __m512 w = _mm512_div_ps(u, _mm512_add_ps(_mm512_set1_ps(2.0f), u));
+  const __m512 w2 = _mm512_mul_ps(w, w);
+  __m512 p = _mm512_set1_ps(1.0f / 15.0f);
+  p = _mm512_fmadd_ps(p, w2, _mm512_set1_ps(1.0f / 13.0f));
+  p = _mm512_fmadd_ps(p, w2, _mm512_set1_ps(1.0f / 11.0f));
+  p = _mm512_fmadd_ps(p, w2, _mm512_set1_ps(1.0f / 9.0f));
+  p = _mm512_fmadd_ps(p, w2, _mm512_set1_ps(1.0f / 7.0f));
+  p = _mm512_fmadd_ps(p, w2, _mm512_set1_ps(1.0f / 5.0f));
+  p = _mm512_fmadd_ps(p, w2, _mm512_set1_ps(1.0f / 3.0f));
+  p = _mm512_fmadd_ps(p, w2, _mm512_set1_ps(1.0f));
+  const __m512 res = _mm512_fmadd_ps(_mm512_add_ps(w, w), p, _mm512_max_ps(v, _mm512_setzero_ps()));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, _mm512_set1_ps(20.0f), _CMP_GT_OQ), res, v);
+}
+
+inline float softplus1(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+
+// Mamba-1's shape (head_dim 1, A per state, d_state 16): 16 channels at a
+// time, each channel's state one register kept across the tokens, dt of
+// the 16 by one vector softplus, the 16 outputs of a token by one reduction
+// tree (reduce16). A block of fewer than 16 channels runs the same code with
+// the missing channels zero.
+void scan_m1_d16(float* h, const SsmScanRun& r) {
+  for (int64_t j = 0; j < r.n_head; j += 16) {
+    const int nc = static_cast<int>(std::min<int64_t>(16, r.n_head - j));
+    const __mmask16 m = static_cast<__mmask16>((1u << nc) - 1u);
+    __m512 hv[16];
+    for (int c = 0; c < 16; ++c) hv[c] = c < nc ? _mm512_loadu_ps(h + (j + c) * 16) : _mm512_setzero_ps();
+    const __m512 bias = r.dt_bias ? _mm512_maskz_loadu_ps(m, r.dt_bias + j) : _mm512_setzero_ps();
+    for (int64_t t = 0; t < r.T; ++t) {
+      const __m512 dt = softplus512(_mm512_add_ps(_mm512_maskz_loadu_ps(m, r.dt + t * r.dt_stride + j), bias));
+      const __m512 dtx = _mm512_mul_ps(dt, _mm512_maskz_loadu_ps(m, r.x + t * r.x_stride + j));
+      alignas(64) float dts[16], dtxs[16];
+      _mm512_store_ps(dts, dt);
+      _mm512_store_ps(dtxs, dtx);
+      const __m512 bv = _mm512_loadu_ps(r.B + t * r.b_stride);
+      const __m512 cv = _mm512_loadu_ps(r.C + t * r.c_stride);
+      __m512 prod[16];
+      for (int c = 0; c < 16; ++c) {
+        const __m512 a = c < nc ? _mm512_loadu_ps(r.A + (j + c) * 16) : _mm512_setzero_ps();
+        const __m512 dA = exp512(_mm512_mul_ps(_mm512_set1_ps(dts[c]), a));
+        hv[c] = _mm512_fmadd_ps(hv[c], dA, _mm512_mul_ps(_mm512_set1_ps(dtxs[c]), bv));
+        prod[c] = _mm512_mul_ps(hv[c], cv);
+      }
+      _mm512_mask_storeu_ps(r.y + t * r.y_stride + j, m, reduce16(prod));
+    }
+    for (int c = 0; c < nc; ++c) _mm512_storeu_ps(h + (j + c) * 16, hv[c]);
+  }
+}
+
+// A scalar decay per head and d_state = 16 NV (Mamba-2): a row's state in
+// NV registers kept across the tokens of the call.
+template <int NV>
+void scan_scalar_a(float* h, const SsmScanRun& r, const float* dts, const float* decay, int64_t j, int64_t t0,
+                   int64_t tn) {
+  const int64_t P = r.head_dim, N = 16 * NV;
+  for (int64_t p = 0; p < P; ++p) {
+    float* hp = h + (j * P + p) * N;
+    __m512 hv[NV];
+    for (int v = 0; v < NV; ++v) hv[v] = _mm512_loadu_ps(hp + 16 * v);
+    for (int64_t t = 0; t < tn; ++t) {
+      const int64_t tt = t0 + t;
+      const __m512 dA = _mm512_set1_ps(decay[t]);
+      const __m512 dtx = _mm512_set1_ps(dts[t] * r.x[tt * r.x_stride + j * P + p]);
+      const float* B = r.B + tt * r.b_stride;
+      const float* C = r.C + tt * r.c_stride;
+      __m512 acc = _mm512_setzero_ps();
+      for (int v = 0; v < NV; ++v) {
+        hv[v] = _mm512_fmadd_ps(hv[v], dA, _mm512_mul_ps(dtx, _mm512_loadu_ps(B + 16 * v)));
+        acc = _mm512_fmadd_ps(hv[v], _mm512_loadu_ps(C + 16 * v), acc);
+      }
+      r.y[tt * r.y_stride + j * P + p] = _mm512_reduce_add_ps(acc);
+    }
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(hp + 16 * v, hv[v]);
+  }
+}
+
+// Any other shape: each row 16 values at a time, the tail masked, the state
+// in memory.
+void scan_rows(float* h, const SsmScanRun& r, const float* dts, const float* decay, int64_t j, int64_t t0,
+               int64_t tn) {
+  const int64_t P = r.head_dim, N = r.d_state;
+  const float* A = r.A + j * N;
+  for (int64_t p = 0; p < P; ++p) {
+    float* hp = h + (j * P + p) * N;
+    for (int64_t t = 0; t < tn; ++t) {
+      const int64_t tt = t0 + t;
+      const __m512 dt = _mm512_set1_ps(dts[t]);
+      const __m512 dtx = _mm512_set1_ps(dts[t] * r.x[tt * r.x_stride + j * P + p]);
+      const __m512 scalar_decay = _mm512_set1_ps(r.a_per_state ? 0.0f : decay[t]);
+      const float* B = r.B + tt * r.b_stride;
+      const float* C = r.C + tt * r.c_stride;
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t s = 0; s < N; s += 16) {
+        const __mmask16 m =
+            N - s >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (N - s)) - 1u);
+        __m512 hv = _mm512_maskz_loadu_ps(m, hp + s);
+        const __m512 dA =
+            r.a_per_state ? exp512(_mm512_mul_ps(dt, _mm512_maskz_loadu_ps(m, A + s))) : scalar_decay;
+        hv = _mm512_fmadd_ps(hv, dA, _mm512_mul_ps(dtx, _mm512_maskz_loadu_ps(m, B + s)));
+        acc = _mm512_fmadd_ps(hv, _mm512_maskz_loadu_ps(m, C + s), acc);
+        _mm512_mask_storeu_ps(hp + s, m, hv);
+      }
+      r.y[tt * r.y_stride + j * P + p] = _mm512_reduce_add_ps(acc);
+    }
+  }
+}
+
+void ssm_scan_avx512(float* h, const SsmScanRun& r) {
+  if (r.a_per_state && r.head_dim == 1 && r.d_state == 16) {
+    scan_m1_d16(h, r);
+    return;
+  }
+  constexpr int64_t kChunk = 64;
+  alignas(64) float dts[kChunk], decay[kChunk];
+  const int64_t N = r.d_state;
+  for (int64_t j = 0; j < r.n_head; ++j) {
+    const float bias = r.dt_bias ? r.dt_bias[j] : 0.0f;
+    for (int64_t t0 = 0; t0 < r.T; t0 += kChunk) {
+      const int64_t tn = std::min(kChunk, r.T - t0);
+      for (int64_t t = 0; t < tn; ++t) {
+        dts[t] = softplus1(r.dt[(t0 + t) * r.dt_stride + j] + bias);
+        if (!r.a_per_state) decay[t] = std::exp(dts[t] * r.A[j]);
+      }
+      if (r.a_per_state) scan_rows(h, r, dts, decay, j, t0, tn);
+      else if (N == 128) scan_scalar_a<8>(h, r, dts, decay, j, t0, tn);
+      else if (N == 64) scan_scalar_a<4>(h, r, dts, decay, j, t0, tn);
+      else if (N == 32) scan_scalar_a<2>(h, r, dts, decay, j, t0, tn);
+      else if (N == 16) scan_scalar_a<1>(h, r, dts, decay, j, t0, tn);
+      else scan_rows(h, r, dts, decay, j, t0, tn);
+    }
+  }
+}
+
 }  // namespace
 
 // The entry points of cpu/isa_kernels.h.
 namespace avx512 {
+
+void ssm_scan(float* h, const SsmScanRun& r) { ssm_scan_avx512(h, r); }
 
 void attn_scores(const float* q, int nq, int64_t qs, const float* k, int n, int hd, float scale, float* s,
                  int64_t ss) {

@@ -54,6 +54,10 @@ int cmd_run(int argc, char** argv) {
   apply_spec_flags(a, ep, spec_layers);
   const int32_t tp = apply_tp_flags(a, ep);
   const bool json = a.flag("--json"), quiet = a.flag("--quiet");
+  // Ctrl-C from here on stops the run with its statistics: a signal that
+  // comes while the model loads or the prompt is read is seen at the first
+  // token (a second Ctrl-C ends the program at once).
+  catch_interrupt();
   std::string prompt;
   std::vector<int32_t> prompt_tokens;
   if (a.has("--tokens")) {
@@ -138,7 +142,6 @@ int cmd_run(int argc, char** argv) {
     std::fwrite(echo.data(), 1, echo.size(), stdout);
     std::fflush(stdout);
   }
-  catch_interrupt();
   const infer_status st = infer_engine_run(engine.e);
   check(st, "generating");
   infer_request_stats s;

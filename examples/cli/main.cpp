@@ -13,7 +13,28 @@ namespace cli {
 
 namespace {
 volatile sig_atomic_t g_interrupted = 0;
-void on_sigint(int) { g_interrupted = 1; }
+// When the first SIGINT came (CLOCK_MONOTONIC), so that a second one can be
+// told from a duplicate of the first.
+struct timespec g_first_sigint {};
+
+// The first SIGINT asks the run to stop (its statistics still print); a
+// second one ends the program at once. One Ctrl-C can arrive twice: a
+// wrapper such as timeout(1) forwards it to its child and then to its whole
+// process group, the child included, so a second SIGINT within 300 ms of the
+// first counts as the same one. Only async-signal-safe calls here.
+void on_sigint(int) {
+  struct timespec now {};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (!g_interrupted) {
+    g_first_sigint = now;
+    g_interrupted = 1;
+    return;
+  }
+  const long long ms = (now.tv_sec - g_first_sigint.tv_sec) * 1000LL + (now.tv_nsec - g_first_sigint.tv_nsec) / 1000000;
+  if (ms < 300) return;
+  signal(SIGINT, SIG_DFL);
+  raise(SIGINT);
+}
 
 bool is_file(const std::string& p) {
   struct stat st {};
@@ -34,8 +55,8 @@ bool interrupted() { return g_interrupted != 0; }
 
 void catch_interrupt() {
   struct sigaction sa {};
-  sa.sa_handler = on_sigint;
-  sa.sa_flags = SA_RESETHAND;  // a second Ctrl-C ends the program
+  sa.sa_handler = on_sigint;  // a second Ctrl-C ends the program
+  sa.sa_flags = 0;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
 }

@@ -31,6 +31,8 @@ Pooling parse_pooling(std::string_view name) {
 Pooling resolve_pooling(const Model& model, Pooling requested) {
   const ModelConfig& c = model.config();
   if (model.vocab_only()) raise(Status::InvalidArgument, "model was loaded with vocab_only: it cannot run");
+  if (c.recurrent())
+    raise(Status::Unsupported, "embeddings from a state-space (%s) model are not supported", c.arch.c_str());
   Pooling p = requested;
   if (p == Pooling::Default) {
     if (c.pooling >= 0)

@@ -36,6 +36,8 @@ SchedulerConfig scheduler_config(const Model& model, const EngineParams& p, cons
   c.batch_timeout_ms = p.batch_timeout_ms;
   c.prefix_caching = p.prefix_caching;
   c.window = model.config().sliding_window;
+  c.recurrent = model.config().recurrent();
+  c.state_only = model.config().attention_free();
   return c;
 }
 
@@ -86,6 +88,8 @@ void check_tensor_parallel(const Model& model, const EngineParams& p, const char
           tp->size());
   if (std::string(backend) != "cpu")
     raise(Status::Unsupported, "tensor parallelism runs on the CPU backend (this engine's is %s)", backend);
+  if (model.config().recurrent())
+    raise(Status::Unsupported, "tensor parallelism does not split state-space (%s) models", model.config().arch.c_str());
   if (p.draft_model && p.draft_model->tp())
     raise(Status::InvalidArgument, "the draft model runs on rank 0 alone: load it whole (without tensor_parallel)");
 }
@@ -378,7 +382,7 @@ size_t Engine::verify(const StepPlan& plan, size_t first) {
   if (accepted == n && !ended) finisher_.sample(s, logits_.data() + (first + n) * n_vocab);
   // Accepted drafts' K/V were computed at the right positions: they count.
   spec_.verified(s, n, accepted);
-  sched_.verified(s, accepted);
+  stats_.n_spec_recomputed += static_cast<uint64_t>(sched_.verified(s, accepted, accepted < n));
   return static_cast<size_t>(n) + 1;
 }
 
@@ -483,6 +487,7 @@ void Engine::publish_stats() {
   EngineStats s = stats_;
   s.n_generated_tokens = finisher_.n_emitted();
   s.spec = spec_.counters();
+  s.n_draft_recomputed = spec_.n_draft_recomputed();
   s.n_preemptions = sched_.n_preemptions();
   s.n_finished = sched_.n_finished();
   s.n_running = static_cast<int32_t>(sched_.running().size());

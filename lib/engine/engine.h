@@ -82,6 +82,10 @@ struct EngineStats {
   uint64_t n_finished = 0;
   uint64_t n_embed_jobs = 0, n_embed_passes = 0, n_embed_tokens = 0;  // embedding jobs finished, their passes and tokens
   SpecCounters spec;               // speculative decoding, all requests
+  // Recurrent (state-space) models: positions fed again after rejected
+  // drafts to rebuild the state from a block boundary's snapshot, in the
+  // target model's cache and in a recurrent draft model's own.
+  uint64_t n_spec_recomputed = 0, n_draft_recomputed = 0;
   double uptime_s = 0;             // since the engine was created
   KvStats kv;
   // Tensor parallelism: this rank's collectives (dist/comm.h) since the

@@ -41,6 +41,17 @@ void Scheduler::release_kv(Sequence& s) {
   s.slot = -1;
   s.swapped = false;
   s.n_computed = 0;
+  s.replay = 0;
+}
+
+// A state-only layout: the blocks wholly before the block that precedes the
+// one of the last computed position go back to the pool (cached ones stay in
+// the prefix cache until evicted).
+void Scheduler::release_behind(Sequence& s) {
+  if (!config_.state_only || s.n_computed < 1 || !s.on_device()) return;
+  const int32_t bs = kv_.layout().block_size;
+  const int32_t keep_from = (s.n_computed - 1) / bs - 1;
+  if (keep_from > 0) kv_.release_before(s.slot, keep_from * bs);
 }
 
 void Scheduler::fail(Sequence& s, Status status, const char* message) {
@@ -156,6 +167,7 @@ Scheduler::Admit Scheduler::admit(const std::shared_ptr<Sequence>& sp, int32_t b
       if (caches_prefix(s) && !(s.request().params().logits & kLogitsPrompt)) {
         s.n_computed = kv_.match_prefix(s.slot, s.tokens().data(), s.n_tokens(), s.request().params().cache_salt);
         cached = std::min(s.n_computed, s.n_prompt());
+        release_behind(s);  // a state-only model reads the last cached block alone
       }
     }
     const int32_t take = std::min(s.pending(), budget);
@@ -193,7 +205,7 @@ int32_t Scheduler::step_budget(bool open) const {
   int32_t decode = 0, want = 0;
   for (const auto& s : running_) {
     if (!s->on_device() || s->done()) continue;
-    if (s->pending() == 1) decode += 1 + static_cast<int32_t>(s->spec.draft.size()); else want += s->pending();
+    if (s->decoding()) decode += s->pending() + static_cast<int32_t>(s->spec.draft.size()); else want += s->pending();
   }
   // Only the prompts that can be admitted this step: the free sequence slots
   // bound them (counting every waiting prompt made the step end wherever the
@@ -222,7 +234,7 @@ StepPlan Scheduler::schedule() {
   std::vector<Sequence*> order;
   for (auto& p : running_) order.push_back(p.get());
   std::stable_sort(order.begin(), order.end(),
-                   [](const Sequence* a, const Sequence* b) { return (a->pending() == 1) > (b->pending() == 1); });
+                   [](const Sequence* a, const Sequence* b) { return a->decoding() > b->decoding(); });
   for (Sequence* s : order) {
     if (budget <= 0) break;
     if (!s->on_device()) continue;  // preempted while making room for another
@@ -230,9 +242,10 @@ StepPlan Scheduler::schedule() {
     switch (make_room(*s, s->n_computed, s->n_computed + take, plan, budget)) {
       case Room::Ok: {
         // Drafts ride along when budget and free blocks allow; they never
-        // preempt anyone (they are a bet, the real token is not).
+        // preempt anyone (they are a bet, the real token is not). They follow
+        // the last known token, so only when all pending tokens go.
         int32_t n_draft = 0;
-        if (s->pending() == 1 && !s->spec.draft.empty()) {
+        if (s->decoding() && take == s->pending() && !s->spec.draft.empty()) {
           n_draft = std::min<int32_t>(static_cast<int32_t>(s->spec.draft.size()), budget - take);
           const int32_t end = s->n_computed + take + n_draft;
           try {
@@ -314,13 +327,30 @@ void Scheduler::build_batch(StepPlan& plan) const {
   }
 }
 
-void Scheduler::verified(Sequence& s, int32_t accepted) {
+int32_t Scheduler::verified(Sequence& s, int32_t accepted, bool rejected) {
   s.n_computed += accepted;
+  int32_t marked = 0;
+  // The verify pass left the state after the last draft row in the last
+  // block it wrote, and a snapshot at each block end it crossed: the exact
+  // state after the accepted tokens is the snapshot of the last boundary at
+  // or below them plus the tokens after it, fed again.
+  if (config_.recurrent && rejected && !s.done()) {
+    const int32_t bs = kv_.layout().block_size;
+    const int32_t boundary = s.n_computed / bs * bs;
+    marked = s.n_computed - boundary;
+    s.n_computed = boundary;
+    s.replay = marked;
+  }
   if (s.on_device() && !s.done()) kv_.truncate(s.slot, s.n_tokens());
+  return marked;
 }
 
 void Scheduler::computed(const StepPlan& plan) {
-  for (const StepPlan::Entry& e : plan.entries) e.seq->n_computed = e.begin + e.count;
+  for (const StepPlan::Entry& e : plan.entries) {
+    Sequence& s = *e.seq;
+    s.n_computed = e.begin + e.count;
+    s.replay = std::max(0, s.replay - e.count);
+  }
 }
 
 std::vector<Sequence*> Scheduler::fork_followers(Sequence& leader) {
@@ -341,6 +371,7 @@ std::vector<Sequence*> Scheduler::fork_followers(Sequence& leader) {
       continue;
     }
     f->n_computed = leader.n_computed;
+    f->replay = leader.replay;
     f->admit_order = ++admit_counter_;
     f->request().copy_prompt_outputs(leader.request());
     running_.push_back(f);
@@ -352,9 +383,13 @@ std::vector<Sequence*> Scheduler::fork_followers(Sequence& leader) {
 void Scheduler::commit_blocks() {
   for (auto& p : running_) {
     Sequence& s = *p;
-    if (!s.on_device() || s.done()) continue;
+    if (!s.on_device()) continue;
+    // A request that ended in this step still computed its blocks: they
+    // join the cache before it retires (a one-token request's prompt too).
     if (caches_prefix(s)) kv_.commit_blocks(s.slot, s.tokens().data(), s.n_computed, s.request().params().cache_salt);
+    if (s.done()) continue;
     if (config_.window > 0) kv_.release_before(s.slot, std::max(0, s.n_computed + 1 - config_.window));
+    release_behind(s);
   }
 }
 

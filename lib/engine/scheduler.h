@@ -50,6 +50,15 @@ struct SchedulerConfig {
   double batch_timeout_ms = 50;  // dynamic
   bool prefix_caching = true;
   int32_t window = 0;            // the model's sliding window (0: none)
+  // Recurrent state (state-space layers, model/model.h): a sequence's state
+  // lives in the block of its last computed position, and every full block
+  // holds a snapshot of it at the block's end (kv/kv_format.h).
+  bool recurrent = false;
+  // No attention at all: a sequence keeps only the two blocks it may still
+  // read (its last computed position's, and the one before it for the
+  // boundary snapshot a rollback reads), so its memory does not grow with
+  // its length.
+  bool state_only = false;
 };
 
 // Continuous batching: how many of `want` prompt tokens a step with `decode`
@@ -91,14 +100,20 @@ class Scheduler {
   // After verification kept `accepted` drafts of s: they count as computed;
   // positions past them held rejected drafts, and blocks wholly past the
   // sequence's tokens go back to the pool (nothing is copied: the next step
-  // overwrites the rest).
-  void verified(Sequence& s, int32_t accepted);
+  // overwrites the rest). A recurrent model's state went past the accepted
+  // tokens, and the blocks hold exact snapshots only at block boundaries:
+  // when drafts were rejected, the positions after the last boundary at or
+  // below the accepted end count as not computed again (Sequence::replay), so
+  // the next step rebuilds the state from that boundary's snapshot. Returns
+  // how many positions it marked so.
+  int32_t verified(Sequence& s, int32_t accepted, bool rejected);
   // A leader whose prompt is computed: each follower forks its KV (all blocks
   // shared) and runs on its own. Returns the followers now running (their
   // decoder state is the caller's to copy).
   std::vector<Sequence*> fork_followers(Sequence& leader);
   // After post-processing: newly filled blocks join the prefix cache; blocks
-  // that slid out of the attention window are released.
+  // that slid out of the attention window are released, and so are a
+  // state-only model's blocks behind the two it may still read.
   void commit_blocks();
   // Drops the sequences that ended (finishing cancelled ones as cancelled)
   // and gives their blocks back; followers of a leader that ended before its
@@ -131,6 +146,7 @@ class Scheduler {
   enum class Admit { Ok, NotNow, Failed };
   Admit admit(const std::shared_ptr<Sequence>& s, int32_t budget, StepPlan& plan, int32_t& used);
   void release_kv(Sequence& s);
+  void release_behind(Sequence& s);
   void fail(Sequence& s, Status status, const char* message);
   int32_t step_budget(bool open) const;
   void build_batch(StepPlan& plan) const;

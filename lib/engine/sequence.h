@@ -53,8 +53,12 @@ class Sequence {
   const std::vector<int32_t>& tokens() const { return request_->tokens(); }
   int32_t n_tokens() const { return static_cast<int32_t>(request_->tokens().size()); }
   int32_t n_prompt() const { return request_->n_prompt(); }
-  // Tokens whose K/V are not in the cache yet (1 while decoding).
+  // Tokens whose K/V are not in the cache yet (1 while decoding, 1 + replay
+  // after a recurrent model's rollback).
   int32_t pending() const { return n_tokens() - n_computed; }
+  // Decoding: every token but the last known one is computed, or is being
+  // recomputed after a rollback (drafts may follow it).
+  bool decoding() const { return pending() == 1 + replay; }
   // Holds blocks in the device pool.
   bool on_device() const { return slot >= 0 && !swapped; }
   // Has ended (finished, or cancelled by its owner): the engine drops it.
@@ -66,6 +70,10 @@ class Sequence {
   int32_t n_computed = 0;  // leading tokens whose K/V are in the cache
   int32_t slot = -1;       // KV sequence slot (on the device, or swapped to the host)
   bool swapped = false;    // preempted to the host tier: slot kept, blocks on the host
+  // A recurrent model whose drafts were rejected: how many positions before
+  // the last known token are recomputed to rebuild the state from a block
+  // boundary's snapshot (Scheduler::verified); they are fed with it.
+  int32_t replay = 0;
   uint64_t admit_order = 0;                                           // latest admitted yields first
   uint64_t preempted_in_step = std::numeric_limits<uint64_t>::max();  // not re-admitted in that step
   // n > 1 samples of one prompt: the leader computes the prompt, then each

@@ -142,6 +142,7 @@ class DraftModelDrafts final : public Drafter {
   }
   const char* name() const override { return "draft-model"; }
   bool runs_model() const override { return true; }
+  uint64_t n_recomputed() const override { return recomputed_; }
   const KvCache* kv() const { return kv_.get(); }
 
   void propose(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& k) override {
@@ -188,6 +189,12 @@ class DraftModelDrafts final : public Drafter {
       // Known tokens only (no drafts yet): their full blocks are final.
       if (caches_prefix(s))
         kv_->commit_blocks(s.spec.slot, s.tokens().data(), s.spec.computed, s.request().params().cache_salt);
+      // An attention-free draft reads only the state in the block of its
+      // last position (and the boundary snapshot before it after a rollback).
+      if (state_only_) {
+        const int32_t bs = kv_->layout().block_size, keep = (s.spec.computed - 1) / bs - 1;
+        if (keep > 0) kv_->release_before(s.spec.slot, keep * bs);
+      }
       s.spec.draft.push_back(argmax_row(logits_.data() + r * static_cast<size_t>(n_vocab), n_vocab));
       fed.push_back(&s);
       fed_k.push_back(k[who_[r]]);
@@ -204,6 +211,15 @@ class DraftModelDrafts final : public Drafter {
     if (st.slot < 0 || st.computed < s.n_computed) return;
     const int32_t fed = static_cast<int32_t>(st.draft.size()) - 1;
     st.computed = s.n_computed + std::max(0, std::min(accepted, fed));
+    // A recurrent draft's state went as far as the drafts it was fed: when
+    // some were rejected, it is rebuilt from the last block boundary's
+    // snapshot (the next pass 0 feeds the positions after it again).
+    if (recurrent_ && st.computed < s.n_computed + std::max(0, fed)) {
+      const int32_t bs = kv_->layout().block_size;
+      const int32_t boundary = st.computed / bs * bs;
+      recomputed_ += static_cast<uint64_t>(st.computed - boundary);
+      st.computed = boundary;
+    }
     try {
       if (!s.done()) kv_->truncate(st.slot, st.computed);
     } catch (...) {
@@ -230,6 +246,9 @@ class DraftModelDrafts final : public Drafter {
   Workspace ws_;
   std::vector<float> logits_;
   std::vector<size_t> who_;
+  bool recurrent_ = model_.config().recurrent();
+  bool state_only_ = model_.config().attention_free();
+  uint64_t recomputed_ = 0;
 };
 
 }  // namespace
@@ -243,6 +262,11 @@ Speculator::Speculator(const SpecConfig& c, const Model& target, Backend& backen
       drafter_ = std::make_unique<NgramDrafts>(c.ngram_max, c.ngram_min);
       break;
     case SpecMethod::LayerSkip:
+      if (target.config().recurrent())
+        raise(Status::Unsupported,
+              "layer-skip speculation cannot run a state-space (%s) model: a skipped SSM layer would leave its "
+              "recurrent state behind the tokens (use ngram or a draft model)",
+              target.config().arch.c_str());
       drafter_ = std::make_unique<LayerSkipDrafts>(target, c.skip_layers, backend, kv, ws);
       break;
     case SpecMethod::Draft:
@@ -276,14 +300,14 @@ void Speculator::propose(const std::vector<std::shared_ptr<Sequence>>& running) 
   int32_t decoding = 0;
   for (const auto& p : running) {
     p->spec.draft.clear();
-    if (p->on_device() && !p->done() && p->pending() == 1) ++decoding;
+    if (p->on_device() && !p->done() && p->decoding()) ++decoding;
   }
   if (!drafter_ || (config_.max_batch > 0 && decoding > config_.max_batch)) return;
   std::vector<Sequence*> seqs;
   std::vector<int32_t> ks;
   for (const auto& p : running) {
     Sequence& s = *p;
-    if (!s.spec.on || !s.on_device() || s.done() || s.pending() != 1) continue;
+    if (!s.spec.on || !s.on_device() || s.done() || !s.decoding()) continue;
     const Request& r = s.request();
     int32_t k = s.spec.len.next();
     // One sequence decoding alone (the case speculation exists for): the

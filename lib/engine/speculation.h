@@ -85,6 +85,8 @@ class Drafter {
   virtual void verified(Sequence& s, int32_t accepted) {}
   // Runs a model: its time per drafted token enters the cost model.
   virtual bool runs_model() const { return false; }
+  // Positions a recurrent draft model recomputes after rejections.
+  virtual uint64_t n_recomputed() const { return 0; }
 };
 
 class Speculator {
@@ -110,6 +112,8 @@ class Speculator {
   void verified(Sequence& s, int32_t n, int32_t accepted);
 
   const SpecCounters& counters() const { return counters_; }
+  // Positions a recurrent draft model fed again after rejected drafts.
+  uint64_t n_draft_recomputed() const { return drafter_ ? drafter_->n_recomputed() : 0; }
   // The draft model's KV cache (nullptr without a draft model).
   const KvCache* draft_kv() const;
 

@@ -16,6 +16,9 @@
 //    ffn_{gate,up,down}_exps 3-D tensors.
 //  - Phi-3 long-rope factors (config lists) become rope_factors_{long,short}.
 //  - Tensors whose bytes are not aligned to their element size.
+//  - Mamba, Mamba-2 and Jamba (hf_ssm.h): A = -exp(A_log) and the small SSM
+//    vectors as F32; conv1d and Mamba-2's A, D and norm are only re-shaped
+//    (the same bytes); Jamba's experts are stacked as Mixtral's.
 //  - GPTQ / AWQ 4-bit layers (config.json quantization_config): repacked
 //    into INT4_G* blocks (hf_quant.h); an act-order GPTQ layer's input
 //    permutation becomes the companion tensor "<name>.perm" (I32).

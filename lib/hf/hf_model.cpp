@@ -17,6 +17,7 @@
 #include "hf/hf.h"
 #include "hf/hf_encoder.h"
 #include "hf/hf_quant.h"
+#include "hf/hf_ssm.h"
 #include "core/json.h"
 
 namespace infer {
@@ -52,10 +53,25 @@ const Arch kArchs[] = {
     {"gemma", "gemma", false},  {"gemma2", "gemma2", false},
     // Encoders (embedding models and rerankers): hf_encoder.cpp.
     {"bert", "bert", false},    {"nomic_bert", "nomic-bert", false},
+    // State-space models and the Jamba hybrid: hf_ssm.cpp.
+    {"mamba", "mamba", false},  {"mamba2", "mamba2", false}, {"jamba", "jamba", false},
+};
+
+// config.json files without model_type: the model class names it.
+const std::pair<const char*, const char*> kClasses[] = {
+    {"MambaForCausalLM", "mamba"}, {"Mamba2ForCausalLM", "mamba2"}, {"JambaForCausalLM", "jamba"},
 };
 
 const Arch& find_arch(const Json& cfg) {
   const Json* mt = cfg.find("model_type");
+  if (!mt || mt->is_null()) {
+    const Json* classes = cfg.find("architectures");
+    if (classes && classes->is_array() && classes->items().size() == 1 && classes->items()[0].is_string())
+      for (const auto& [cls, type] : kClasses)
+        if (classes->items()[0].as_string() == cls)
+          for (const Arch& a : kArchs)
+            if (a.hf == type) return a;
+  }
   if (!mt || !mt->is_string()) raise(Status::Format, "config.json has no model_type string");
   for (const Arch& a : kArchs)
     if (mt->as_string() == a.hf) return a;
@@ -64,7 +80,7 @@ const Arch& find_arch(const Json& cfg) {
           "padding id and its tokenizer is a Unigram model; supported encoders: bert, nomic_bert)",
           mt->as_string().c_str());
   raise(Status::Unsupported, "config.json: model_type '%s' is not supported (supported: llama, mistral, mixtral, "
-        "qwen2, qwen3, phi3, gemma, gemma2, bert, nomic_bert)", mt->as_string().c_str());
+        "qwen2, qwen3, phi3, gemma, gemma2, bert, nomic_bert, mamba, mamba2, jamba)", mt->as_string().c_str());
 }
 
 int64_t cfg_int(const Json& cfg, const char* key, int64_t dflt, bool required, int64_t lo = 1,
@@ -106,6 +122,7 @@ Meta config_metadata(std::string_view config_json) {
   const Json& cfg = parse_object(config_json, "config.json", store);
   const Arch& arch = find_arch(cfg);
   if (is_encoder(arch.hf)) return encoder_config_metadata(cfg, arch.hf);
+  if (is_ssm(arch.hf)) return ssm_config_metadata(cfg, arch.hf);
   const std::string a = arch.gguf;
   Meta m;
   auto k = [&](const char* suffix) { return a + "." + suffix; };
@@ -234,6 +251,7 @@ Meta config_metadata(std::string_view config_json) {
 
 std::string gguf_tensor_name(const std::string& arch, const std::string& n_in) {
   if (is_encoder(arch)) return encoder_tensor_name(arch, n_in);
+  if (is_ssm(arch)) return ssm_tensor_name(arch, ssm_canonical_name(n_in, nullptr));
   // Checkpoints saved from the bare model class (e.g. Qwen3-Embedding's) have
   // no "model." prefix.
   const bool bare = n_in.rfind("layers.", 0) == 0 || n_in == "embed_tokens.weight" || n_in == "norm.weight";
@@ -549,6 +567,25 @@ std::unique_ptr<GgufFile> open_directory(const std::string& dir_in, bool use_mma
               file.c_str());
   }
 
+  // ---- state-space models: canonical names, then every tensor checked
+  // against the layout config.json describes before anything is mapped.
+  const bool ssm = is_ssm(arch.hf);
+  SsmLayout ssm_shape;
+  if (ssm && !vocab_only) {
+    ssm_shape = ssm_layout(cfg, arch.hf);
+    std::map<std::string, std::pair<size_t, const SafeTensor*>> renamed;
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& [n, loc] : by_name) {
+      const std::string c = ssm_canonical_name(n, &ssm_shape);
+      if (!renamed.emplace(c, loc).second)
+        raise(Status::Format, "tensors '%s' and '%s' are the same tensor under two spellings", n.c_str(),
+              renamed.at(c).second->name.c_str());
+      shapes[c] = loc.second->shape;
+    }
+    by_name = std::move(renamed);
+    ssm_check_tensors(ssm_shape, shapes, nullptr);
+  }
+
   // ---- tensors
   const bool gemma = arch.hf == "gemma" || arch.hf == "gemma2";
   struct ExpertSlot {
@@ -590,6 +627,21 @@ std::unique_ptr<GgufFile> open_directory(const std::string& dir_in, bool use_mma
     }
     const uint8_t* p = b.files[loc.first]->data() + st.begin;
     const size_t count = static_cast<size_t>((st.end - st.begin) / dtype_info(st.type)->bytes);
+    if (ssm) {
+      const SsmView v = ssm_view(ssm_shape, name, hf_name, st.shape);
+      dims = v.dims;
+      if (v.neg_exp || (v.to_f32 && st.type != DType::F32)) {
+        std::vector<float> f = to_f32(st, p, count);
+        if (v.neg_exp)
+          for (float& x : f) {
+            x = -std::exp(x);
+            if (!std::isfinite(x))
+              raise(Status::Format, "tensor '%s' holds a value whose A = -exp(A_log) is not finite", hf_name.c_str());
+          }
+        b.add_owned(name, dims, DType::F32, f32_bytes(f));
+        continue;
+      }
+    }
     const bool is_norm = name.find("norm.weight") != std::string::npos;
     if (gemma && is_norm) {
       std::vector<float> v = to_f32(st, p, count);

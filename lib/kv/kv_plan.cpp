@@ -41,6 +41,10 @@ KvPlan KvPlan::make(const KvLayout& model_layout, const KvSizing& s, int32_t win
 int64_t KvPlan::blocks_held(int64_t n_tokens, int64_t step_rows) const {
   int64_t need = blocks_for(n_tokens);
   if (window > 0) need = std::min<int64_t>(need, blocks_for(window + step_rows) + 1);
+  // The block of the last computed position and the one before it, then the
+  // blocks the step's rows start (a block more when they begin mid-block is
+  // already one of the two).
+  if (state_only()) need = std::min<int64_t>(need, 2 + blocks_for(std::max<int64_t>(step_rows, 1)));
   return need;
 }
 

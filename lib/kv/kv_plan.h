@@ -36,7 +36,7 @@ struct KvPlan {
   KvLayout layout;   // n_blocks and n_host_blocks filled in
   int32_t window = 0;  // sliding attention window in tokens (0: none)
 
-  // Error(InvalidArgument) for an empty layout, a budget below one block or
+  // Error(InvalidArgument) for an empty layout (neither K/V nor state), a budget below one block or
   // more than kMaxBlocks blocks in either tier.
   static KvPlan make(const KvLayout& model_layout, const KvSizing& sizing, int32_t window);
   // The blocks `sizing` asks for (0 for a default pool: it depends on
@@ -59,8 +59,15 @@ struct KvPlan {
   }
   // Blocks n_tokens tokens fill.
   int64_t blocks_for(int64_t n_tokens) const { return (n_tokens + layout.block_size - 1) / layout.block_size; }
+  // A layout of recurrent state alone (an attention-free state-space model):
+  // a sequence reads nothing but the state in the block of its last computed
+  // position (and, after a rejected draft, the boundary snapshot in the block
+  // before it), so it keeps only those two blocks (Scheduler::commit_blocks).
+  bool state_only() const { return layout.n_layers == 0 && layout.state_bytes() > 0; }
   // Blocks a sequence of n_tokens holds at once when a step feeds it at most
-  // step_rows rows: a window keeps only the blocks it can still attend to.
+  // step_rows rows (at least 1): a window keeps only the blocks it can still
+  // attend to; a state-only layout keeps two blocks behind the rows it
+  // writes, whatever the length.
   int64_t blocks_held(int64_t n_tokens, int64_t step_rows = 0) const;
   // Sequences of n_tokens tokens the device pool holds at once without
   // prefix sharing, at most max_seqs.

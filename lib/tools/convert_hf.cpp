@@ -82,7 +82,10 @@ QuantizeStats write_gguf(const GgufFile& view, const std::string& out_path, cons
   const GgufFile* in = &view;
   const std::string arch = in->get_string("general.architecture").value_or("");
   const int64_t n_head = in->get_int(arch + ".attention.head_count").value_or(0);
-  const int64_t n_head_kv = in->get_int(arch + ".attention.head_count_kv").value_or(n_head);
+  // (Hybrids such as Jamba store head_count_kv per layer, an array: nothing
+  // of theirs is permuted.)
+  const GgufValue* kv = in->find(arch + ".attention.head_count_kv");
+  const int64_t n_head_kv = kv && kv->is_integer() ? kv->as_int() : n_head;
   const int64_t n_embd = in->get_int(arch + ".embedding_length").value_or(0);
   const int64_t hd = in->get_int(arch + ".attention.key_length").value_or(n_head > 0 ? n_embd / n_head : 0);
   const int64_t n_rot = in->get_int(arch + ".rope.dimension_count").value_or(hd);
