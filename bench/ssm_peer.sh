@@ -33,7 +33,7 @@ N_GEN=${N_GEN:-128}
 MAX_DIFF=${MAX_DIFF:-1e-4}
 HERE=$(cd "$(dirname "$0")" && pwd)
 INFER=$BUILD/bin/infer
-BENCH=$BUILD/bench/infer_bench
+BENCH=$BUILD/bin/infer_bench
 [ -x "$PEER_DIR/llama-bench" ] || { echo "SKIP: no peer at $PEER_DIR"; exit 77; }
 mkdir -p "$BUILD/models"
 model() {  # model PRESET TYPE -> path (written by `infer synth --type TYPE` when missing)
