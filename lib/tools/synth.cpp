@@ -287,6 +287,22 @@ const char* const kBpeWords[] = {
     "properties", "required", "description", "enum", "tools", "<tools>", "</tools>", "                ",
 };
 
+// The SentencePiece-style vocabulary of synth_vocab as the tokenizer.ggml.*
+// keys of a llama-model file (BOS 1, EOS 2, UNK 0).
+void set_spm_vocab(GgufStreamWriter& w, int n_vocab) {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  synth_vocab(n_vocab, tokens, scores, types);
+  w.set("tokenizer.ggml.model", GgufValue::make_string("llama"));
+  w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(tokens));
+  w.set("tokenizer.ggml.scores", GgufValue::make_f32_array(scores));
+  w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
+  w.set("tokenizer.ggml.bos_token_id", GgufValue::make_u32(1));
+  w.set("tokenizer.ggml.eos_token_id", GgufValue::make_u32(2));
+  w.set("tokenizer.ggml.unknown_token_id", GgufValue::make_u32(0));
+}
+
 }  // namespace
 
 SynthBpeVocab synth_chatml_bpe_vocab(int n_vocab) {
@@ -667,19 +683,7 @@ static uint64_t write_synth_ssm(const SynthPreset& p, const std::string& path, c
   w.set(a + ".ssm.time_step_rank", GgufValue::make_u32(static_cast<uint32_t>(R)));
   if (v2) w.set(a + ".ssm.group_count", GgufValue::make_u32(static_cast<uint32_t>(G)));
   w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::make_f32(p.rms_eps));
-  {
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<int32_t> types;
-    synth_vocab(p.n_vocab, tokens, scores, types);
-    w.set("tokenizer.ggml.model", GgufValue::make_string("llama"));
-    w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(tokens));
-    w.set("tokenizer.ggml.scores", GgufValue::make_f32_array(scores));
-    w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
-    w.set("tokenizer.ggml.bos_token_id", GgufValue::make_u32(1));
-    w.set("tokenizer.ggml.eos_token_id", GgufValue::make_u32(2));
-    w.set("tokenizer.ggml.unknown_token_id", GgufValue::make_u32(0));
-  }
+  set_spm_vocab(w, p.n_vocab);
   write_quant_metadata(w, o.type, QuantMethod::Rtn);
 
   const float s_in = p.weight_std, s_out = p.weight_std / std::sqrt(2.0f * static_cast<float>(p.n_layer));
@@ -822,17 +826,7 @@ uint64_t write_synth_model(const SynthPreset& p, const std::string& path, const 
     w.set("tokenizer.ggml.add_bos_token", GgufValue::make_bool(false));
     w.set("tokenizer.chat_template", GgufValue::make_string(synth_chatml_template()));
   } else {
-    std::vector<std::string> tokens;
-    std::vector<float> scores;
-    std::vector<int32_t> types;
-    synth_vocab(p.n_vocab, tokens, scores, types);
-    w.set("tokenizer.ggml.model", GgufValue::make_string("llama"));
-    w.set("tokenizer.ggml.tokens", GgufValue::make_string_array(tokens));
-    w.set("tokenizer.ggml.scores", GgufValue::make_f32_array(scores));
-    w.set("tokenizer.ggml.token_type", GgufValue::make_i32_array(types));
-    w.set("tokenizer.ggml.bos_token_id", GgufValue::make_u32(1));
-    w.set("tokenizer.ggml.eos_token_id", GgufValue::make_u32(2));
-    w.set("tokenizer.ggml.unknown_token_id", GgufValue::make_u32(0));
+    set_spm_vocab(w, p.n_vocab);
   }
   write_quant_metadata(w, o.type, QuantMethod::Rtn);
 
