@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "core/backend.h"
 
@@ -17,6 +18,16 @@ namespace infer::cpu {
 void ssm_conv(ThreadPool& pool, KvMemory& kv, int ssm_layer, const SsmBatch& b, const float* x, int64_t x_stride,
               int64_t channels, int d_conv, const float* w, const float* bias, float* out);
 void ssm_scan(ThreadPool& pool, KvMemory& kv, int ssm_layer, const SsmBatch& b, const SsmScanParams& p);
+
+// The scan of a Mamba-2 layer (scalar A per head) takes the chunked SSD form
+// (state-space duality: small matrix products per chunk, cpu/ssm.cpp) for a
+// sequence's run of at least this many rows within one block, the
+// recurrence otherwise. The SSD form sums in another order: its results
+// agree with the recurrence's to rounding, not bitwise. Process-wide; sets
+// the threshold (INT64_MAX: never) and returns the previous one (tests and
+// benchmarks).
+constexpr int64_t kSsdDefaultMinRows = INT64_MAX;
+int64_t set_ssd_min_rows(int64_t rows);
 void rms_norm_groups(ThreadPool& pool, const float* x, int64_t x_stride, const float* weight, int64_t m,
                      int64_t n_group, int64_t gs, float eps, float* y);
 
