@@ -43,15 +43,23 @@ inline float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v));
 // from kern.ssm_scan.
 void ssd_run(const IsaKernels& kern, float* h, const SsmScanRun& r) {
   const int64_t P = r.head_dim, N = r.d_state;
-  float G[kSsdChunk * kSsdChunk];  // [i][k], k <= i: C_i . B_k
-  float W[kSsdChunk];              // one row of the weights
-  float s[kSsdChunk], dts[kSsdChunk], e[kSsdChunk];
-  for (int64_t t0 = 0; t0 < r.T; t0 += kSsdChunk) {
-    const int64_t n = std::min(kSsdChunk, r.T - t0);
+  constexpr int64_t L = kSsdChunk;
+  // The products go through kern.ssd_gemm (c += a b, row-major):
+  //   CB [n][n]  = C (n x N) . B^T (N x n)          once per chunk
+  //   y  [n][P]  = C (n x N) . h^T (N x P), rows scaled by exp(s_i),
+  //   y         += W (n x n) . x (n x P)             W lower triangular
+  //   h  [P][N]  = exp(s_last) h + X' (P x n) . B (n x N)
+  std::vector<float> bt(static_cast<size_t>(N * L)), ht(static_cast<size_t>(N * P)), xs(static_cast<size_t>(P * L));
+  float CB[L * L], W[L * L];
+  float s[L], dts[L], e[L];
+  for (int64_t t0 = 0; t0 < r.T; t0 += L) {
+    const int64_t n = std::min(L, r.T - t0);
     const float* B0 = r.B + t0 * r.b_stride;
     const float* C0 = r.C + t0 * r.c_stride;
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t k = 0; k <= i; ++k) G[i * kSsdChunk + k] = kern.dot_f32(C0 + i * r.c_stride, B0 + k * r.b_stride, N);
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t q = 0; q < N; ++q) bt[q * n + k] = B0[k * r.b_stride + q];
+    std::fill(CB, CB + n * n, 0.0f);
+    kern.ssd_gemm(n, n, N, C0, r.c_stride, bt.data(), n, CB, n);
     for (int64_t j = 0; j < r.n_head; ++j) {
       float* hj = h + j * P * N;
       const float bias = r.dt_bias ? r.dt_bias[j] : 0.0f;
@@ -63,24 +71,28 @@ void ssd_run(const IsaKernels& kern, float* h, const SsmScanRun& r) {
         s[t] = acc;
       }
       const float* X0 = r.x + t0 * r.x_stride + j * P;
+      float* Y0 = r.y + t0 * r.y_stride + j * P;
       // The state's contribution, then the chunk's own rows.
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t q = 0; q < N; ++q) ht[q * P + p] = hj[p * N + q];
+      for (int64_t i = 0; i < n; ++i) std::fill(Y0 + i * r.y_stride, Y0 + i * r.y_stride + P, 0.0f);
+      kern.ssd_gemm(n, P, N, C0, r.c_stride, ht.data(), P, Y0, r.y_stride);
       for (int64_t i = 0; i < n; ++i) {
-        float* y = r.y + (t0 + i) * r.y_stride + j * P;
-        const float* C = C0 + i * r.c_stride;
         const float ei = std::exp(s[i]);
-        for (int64_t p = 0; p < P; ++p) y[p] = ei * kern.dot_f32(hj + p * N, C, N);
-        for (int64_t k = 0; k <= i; ++k) W[k] = G[i * kSsdChunk + k] * std::exp(s[i] - s[k]) * dts[k];
-        for (int64_t k = 0; k <= i; ++k) kern.axpy_f32(W[k], X0 + k * r.x_stride, y, P);
+        float* y = Y0 + i * r.y_stride;
+        for (int64_t p = 0; p < P; ++p) y[p] *= ei;
+        for (int64_t k = 0; k <= i; ++k) W[i * n + k] = CB[i * n + k] * std::exp(s[i] - s[k]) * dts[k];
+        for (int64_t k = i + 1; k < n; ++k) W[i * n + k] = 0.0f;
       }
+      kern.ssd_gemm(n, P, n, W, n, X0, r.x_stride, Y0, r.y_stride);
       // The state at the chunk's end.
       const float last = s[n - 1];
       const float el = std::exp(last);
       for (int64_t k = 0; k < n; ++k) e[k] = std::exp(last - s[k]) * dts[k];
-      for (int64_t p = 0; p < P; ++p) {
-        float* hp = hj + p * N;
-        for (int64_t q = 0; q < N; ++q) hp[q] *= el;
-        for (int64_t k = 0; k < n; ++k) kern.axpy_f32(e[k] * X0[k * r.x_stride + p], B0 + k * r.b_stride, hp, N);
-      }
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t k = 0; k < n; ++k) xs[p * n + k] = e[k] * X0[k * r.x_stride + p];
+      for (int64_t q = 0; q < P * N; ++q) hj[q] *= el;
+      kern.ssd_gemm(P, N, n, xs.data(), n, B0, r.b_stride, hj, N);
     }
   }
 }
