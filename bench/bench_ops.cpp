@@ -262,9 +262,11 @@ BENCHMARK(BM_Add)->Args({1, 1})->Args({64, 1})->Args({64, 2})->UseRealTime();
 // and the mamba2-130m shape (shape 1: 24 heads of 64, d_state 128, 1 group,
 // conv over x, B and C), blocks of 16 positions; impl 0 is the first plain
 // version (the lead's, kept here as the baseline: sequential per sequence,
-// scalar), impl 1 the backend's (the recurrence), impl 2 the backend's with
-// the SSD form of Mamba-2 scans forced on (runs of >= 2 rows; shape 1
-// only, shape 0 has A per state). BM_SsmPrefillBlock: shape 1, impl 1/2,
+// scalar), impl 1 the backend's with the recurrence forced, impl 2 the
+// backend's with the SSD form of Mamba-2 scans forced on (runs of >= 2 rows;
+// shape 1 only, shape 0 has A per state), impl 3 the backend's as it
+// chooses (the ISA's threshold, cpu/ssm.h). INFER_CPU_ISA=avx2 measures the
+// AVX2 kernels on an AVX-512 machine. BM_SsmPrefillBlock: shape 1, impl 1/2,
 // blocks of 16, 64 or 256 positions (the SSD chunk is the run within a
 // block, at most 64 rows). ns_per_tok: nanoseconds per row per layer.
 namespace plain {
@@ -446,7 +448,7 @@ BENCHMARK(BM_SsmDecode)
 void BM_SsmPrefill(benchmark::State& state) {
   const int rows = 512;
   SsmBench s(static_cast<int>(state.range(0)), 1, rows, 0, static_cast<int>(state.range(1)));
-  const int64_t saved = cpu::set_ssd_min_rows(state.range(2) == 2 ? 2 : INT64_MAX);
+  const int64_t saved = cpu::set_ssd_min_rows(state.range(2) == 2 ? 2 : state.range(2) == 3 ? 0 : INT64_MAX);
   for (auto _ : state) s.run(state.range(2) != 0);
   cpu::set_ssd_min_rows(saved);
   state.counters["ns_per_tok"] = benchmark::Counter(static_cast<double>(state.iterations()) * rows * 1e-9,
@@ -457,6 +459,8 @@ BENCHMARK(BM_SsmPrefill)
     ->ArgsProduct({{0, 1}, {1, 2}, {0, 1}})
     ->Args({1, 1, 2})
     ->Args({1, 2, 2})
+    ->Args({1, 1, 3})
+    ->Args({1, 2, 3})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -27,7 +27,8 @@ constexpr int64_t kSsdChunk = 64;      // rows of one SSD chunk, at most
 
 // Runs of at least this many rows (within one block) of a Mamba-2 layer
 // take the SSD form (ssd_run); see set_ssd_min_rows.
-std::atomic<int64_t> g_ssd_min_rows{kSsdDefaultMinRows};
+// 0: the ISA table's own threshold.
+std::atomic<int64_t> g_ssd_min_rows{0};
 
 inline float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 
@@ -199,7 +200,8 @@ void ssm_scan(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
   const int64_t n_hb = G * items_per_group;
   const int64_t HP = H * P;
   const IsaKernels& kern = kernels();
-  const int64_t ssd_min = p.a_per_state ? INT64_MAX : std::max<int64_t>(1, g_ssd_min_rows.load());
+  const int64_t forced = g_ssd_min_rows.load();
+  const int64_t ssd_min = p.a_per_state ? INT64_MAX : forced > 0 ? forced : std::max<int64_t>(1, kern.ssd_min_rows);
   // Rounds: round k runs every sequence's k-th chunk (its rows up to the
   // end of a block), all heads in parallel, so the threads walk the rows
   // together (a chunk's rows stay in cache) rather than one head block each

@@ -21,22 +21,19 @@ void ssm_scan(ThreadPool& pool, KvMemory& kv, int ssm_layer, const SsmBatch& b, 
 
 // The scan of a Mamba-2 layer (scalar A per head) takes the chunked SSD form
 // (state-space duality: small matrix products per chunk, cpu/ssm.cpp) for a
-// sequence's run of at least this many rows within one block, the
-// recurrence otherwise. The SSD form sums in another order: its results
-// agree with the recurrence's to rounding, not bitwise. Process-wide; sets
-// the threshold (INT64_MAX: never) and returns the previous one (tests and
+// sequence's run of at least IsaKernels::ssd_min_rows rows within one block,
+// the recurrence otherwise. The SSD form sums in another order: its results
+// agree with the recurrence's to rounding, not bitwise. set_ssd_min_rows
+// overrides the ISA's threshold process-wide (rows > 0; INT64_MAX: never;
+// 0: the ISA's own again) and returns the previous override (tests and
 // benchmarks).
 //
-// Off by default (never), as measured: on the 2-core AVX-512 machine of
-// issue #32, BM_SsmPrefill at the mamba2-130m shape (24 heads of 64,
-// d_state 128, 1 group, 512 rows, blocks of 16) takes 12.4 ms (1 thread)
-// and 6.9 ms (2 threads) with the recurrence, 24.2 and 13.0 ms with SSD;
-// with blocks of 64 or 256 (SSD chunks of 64 rows) 11.4 / 7.3 ms against
-// 22.3 / 12.1 ms. SSD does about the recurrence's multiply-adds (2 L N P per
-// chunk and head) plus the intra-chunk L^2 P / 2, built here from
-// dot_f32/axpy_f32 calls that load and store more than the recurrence's
-// fused pass; it can only win with register-blocked GEMM micro-kernels.
-constexpr int64_t kSsdDefaultMinRows = INT64_MAX;
+// The ISA thresholds, as measured (BM_SsmPrefill, mamba2-130m shape: 24
+// heads of 64, d_state 128, 1 group, 512 rows, blocks of 16, 1 thread, on
+// the 2-core AVX-512 machine of issue #32, medians of 3): with AVX-512 the
+// recurrence (h rows in registers) takes 9.1-9.9 ms, SSD 16.3-17.1 ms: never.
+// With AVX2 (INFER_CPU_ISA=avx2) the recurrence takes 17.0-17.9 ms, SSD
+// 14.6-15.0 ms: SSD from runs of 16 rows. Scalar: never (the reference).
 int64_t set_ssd_min_rows(int64_t rows);
 void rms_norm_groups(ThreadPool& pool, const float* x, int64_t x_stride, const float* weight, int64_t m,
                      int64_t n_group, int64_t gs, float eps, float* y);
