@@ -62,8 +62,6 @@ FormatKernel format_kernel(DType t, int64_t m);
 namespace avx512 {  // cpu/avx512/: AVX-512 F/BW/VL/DQ + VNNI
 INFER_CPU_ATTENTION_KERNELS
 void ssm_scan(float* h, const SsmScanRun& r);  // cpu/avx512/ssm_avx512.cpp
-void ssd_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-              int64_t ldc);
 FormatKernel format_kernel(DType t, int64_t m);
 }  // namespace avx512
 

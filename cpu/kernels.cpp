@@ -17,16 +17,16 @@ namespace {
       ns_vec::add, ns_vec::rope, ns_vec::geglu, ns_vec::softcap, ns_vec::gelu_erf, ns_vec::tanh_f32,     \
       ns_vec::layer_norm
 
-constexpr IsaKernels kScalar{"scalar", INFER_CPU_TABLE(scalar, scalar), scalar::ssm_scan, scalar::ssm_conv_row, scalar::ssd_gemm, INT64_MAX,
-                             scalar::quantize_acts, scalar::format_kernel, nullptr};
-constexpr IsaKernels kAvx2{"avx2", INFER_CPU_TABLE(avx2, avx2), avx2::ssm_scan, avx2::ssm_conv_row, avx2::ssd_gemm, 16,
-                           avx2::quantize_acts, avx2::format_kernel, &kScalar};
+constexpr IsaKernels kScalar{"scalar", INFER_CPU_TABLE(scalar, scalar), scalar::ssm_scan, scalar::ssm_conv_row,
+                             scalar::ssd_gemm, INT64_MAX, scalar::quantize_acts, scalar::format_kernel, nullptr};
+constexpr IsaKernels kAvx2{"avx2", INFER_CPU_TABLE(avx2, avx2), avx2::ssm_scan, avx2::ssm_conv_row,
+                           avx2::ssd_gemm, 16, avx2::quantize_acts, avx2::format_kernel, &kScalar};
 // AVX-512: its own attention, scan and matmul panels, AVX2's other kernels.
-constexpr IsaKernels kAvx512{"avx512", INFER_CPU_TABLE(avx2, avx512), avx512::ssm_scan, avx2::ssm_conv_row, avx512::ssd_gemm, INT64_MAX,
-                             avx2::quantize_acts, avx512::format_kernel, &kAvx2};
+constexpr IsaKernels kAvx512{"avx512", INFER_CPU_TABLE(avx2, avx512), avx512::ssm_scan, avx2::ssm_conv_row,
+                             avx2::ssd_gemm, INT64_MAX, avx2::quantize_acts, avx512::format_kernel, &kAvx2};
 // AMX: its tile matmuls (m >= kAmxMinRows), AVX-512's everything else.
-constexpr IsaKernels kAmx{"amx", INFER_CPU_TABLE(avx2, avx512), avx512::ssm_scan, avx2::ssm_conv_row, avx512::ssd_gemm, INT64_MAX,
-                          avx2::quantize_acts, amx::format_kernel, &kAvx512};
+constexpr IsaKernels kAmx{"amx", INFER_CPU_TABLE(avx2, avx512), avx512::ssm_scan, avx2::ssm_conv_row,
+                          avx2::ssd_gemm, INT64_MAX, avx2::quantize_acts, amx::format_kernel, &kAvx512};
 
 #undef INFER_CPU_TABLE
 

@@ -289,55 +289,6 @@ void scan_rows(float* h, const SsmScanRun& r, const float* dts, const float* dec
   }
 }
 
-// The SSD product (cpu/kernels.h): tiles of R rows x 32 columns in
-// registers over the whole K, the last columns under a mask.
-template <int R>
-void ssd_tile512(int64_t j, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-                 int64_t ldc, __mmask16 m0, __mmask16 m1) {
-  __m512 acc[R][2];
-  for (int r = 0; r < R; ++r) {
-    acc[r][0] = _mm512_maskz_loadu_ps(m0, c + r * ldc + j);
-    acc[r][1] = _mm512_maskz_loadu_ps(m1, c + r * ldc + j + 16);
-  }
-  for (int64_t k = 0; k < K; ++k) {
-    const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb + j);
-    const __m512 b1 = _mm512_maskz_loadu_ps(m1, b + k * ldb + j + 16);
-    for (int r = 0; r < R; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r * lda + k]);
-      acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    _mm512_mask_storeu_ps(c + r * ldc + j, m0, acc[r][0]);
-    _mm512_mask_storeu_ps(c + r * ldc + j + 16, m1, acc[r][1]);
-  }
-}
-
-inline __mmask16 mask16(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
-}
-
-void ssd_gemm_avx512(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb,
-                     float* c, int64_t ldc) {
-  for (int64_t i = 0; i < M; i += 6) {
-    const int64_t R = std::min<int64_t>(6, M - i);
-    const float* ai = a + i * lda;
-    float* ci = c + i * ldc;
-    for (int64_t j = 0; j < N; j += 32) {
-      const __mmask16 m0 = mask16(N - j), m1 = mask16(N - j - 16);
-      switch (R) {
-        case 6: ssd_tile512<6>(j, K, ai, lda, b, ldb, ci, ldc, m0, m1); break;
-        case 5: ssd_tile512<5>(j, K, ai, lda, b, ldb, ci, ldc, m0, m1); break;
-        case 4: ssd_tile512<4>(j, K, ai, lda, b, ldb, ci, ldc, m0, m1); break;
-        case 3: ssd_tile512<3>(j, K, ai, lda, b, ldb, ci, ldc, m0, m1); break;
-        case 2: ssd_tile512<2>(j, K, ai, lda, b, ldb, ci, ldc, m0, m1); break;
-        default: ssd_tile512<1>(j, K, ai, lda, b, ldb, ci, ldc, m0, m1); break;
-      }
-    }
-  }
-}
-
 void ssm_scan_avx512(float* h, const SsmScanRun& r) {
   if (r.a_per_state && r.head_dim == 1 && r.d_state == 16) {
     scan_m1_d16(h, r);
@@ -370,10 +321,6 @@ void ssm_scan_avx512(float* h, const SsmScanRun& r) {
 namespace avx512 {
 
 void ssm_scan(float* h, const SsmScanRun& r) { ssm_scan_avx512(h, r); }
-void ssd_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-              int64_t ldc) {
-  ssd_gemm_avx512(M, N, K, a, lda, b, ldb, c, ldc);
-}
 
 void attn_scores(const float* q, int nq, int64_t qs, const float* k, int n, int hd, float scale, float* s,
                  int64_t ss) {
