@@ -29,11 +29,18 @@ void ssm_scan(ThreadPool& pool, KvMemory& kv, int ssm_layer, const SsmBatch& b, 
 // benchmarks).
 //
 // The ISA thresholds, as measured (BM_SsmPrefill, mamba2-130m shape: 24
-// heads of 64, d_state 128, 1 group, 512 rows, blocks of 16, 1 thread, on
-// the 2-core AVX-512 machine of issue #32, medians of 3): with AVX-512 the
-// recurrence (h rows in registers) takes 9.1-9.9 ms, SSD 16.3-17.1 ms: never.
-// With AVX2 (INFER_CPU_ISA=avx2) the recurrence takes 17.0-17.9 ms, SSD
-// 14.6-15.0 ms: SSD from runs of 16 rows. Scalar: never (the reference).
+// heads of 64, d_state 128, 1 group, 512 rows, blocks of 16, 1 thread,
+// medians of 3, on the 2-core AVX-512 machine of issue #32 while other
+// builds ran, load 3-5): with AVX-512 the recurrence (a row of h in
+// registers) takes 8.4-12 ms, SSD 16-18 ms: never. With AVX2
+// (INFER_CPU_ISA=avx2) the recurrence takes 16.6-19.6 ms, SSD 14.6-18.1 ms,
+// ahead in 7 of 8 paired runs by 0-15% (blocks of 64: 19.0 against 16.6):
+// SSD from runs of 16 rows. Scalar: never (the reference). SSD's
+// multiply-adds are the recurrence's 2 L N P per chunk and head plus
+// L^2 P / 2 and L^2 N / 2 (C B^T, once per chunk for the call's heads).
+// With SSD on, a block's results depend on whether its rows came in one run
+// (rounding only): outputs are not bitwise independent of how prefill was
+// chunked.
 int64_t set_ssd_min_rows(int64_t rows);
 void rms_norm_groups(ThreadPool& pool, const float* x, int64_t x_stride, const float* weight, int64_t m,
                      int64_t n_group, int64_t gs, float eps, float* y);
