@@ -26,6 +26,7 @@
 #include "cpu/cpu_backend.h"
 #include "core/threadpool.h"
 #include "cpu/attention.h"
+#include "cpu/ssm.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_format.h"
 
@@ -261,7 +262,13 @@ BENCHMARK(BM_Add)->Args({1, 1})->Args({64, 1})->Args({64, 2})->UseRealTime();
 // and the mamba2-130m shape (shape 1: 24 heads of 64, d_state 128, 1 group,
 // conv over x, B and C), blocks of 16 positions; impl 0 is the first plain
 // version (the lead's, kept here as the baseline: sequential per sequence,
-// scalar), impl 1 the backend's. ns_per_tok: nanoseconds per row per layer.
+// scalar), impl 1 the backend's with the recurrence forced, impl 2 the
+// backend's with the SSD form of Mamba-2 scans forced on (runs of >= 2 rows;
+// shape 1 only, shape 0 has A per state), impl 3 the backend's as it
+// chooses (the ISA's threshold, cpu/ssm.h). INFER_CPU_ISA=avx2 measures the
+// AVX2 kernels on an AVX-512 machine. BM_SsmPrefillBlock: shape 1, impl 1/2,
+// blocks of 16, 64 or 256 positions (the SSD chunk is the run within a
+// block, at most 64 rows). ns_per_tok: nanoseconds per row per layer.
 namespace plain {
 
 inline float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
@@ -342,7 +349,7 @@ void ssm_scan(ThreadPool& pool, HostKvMemory& kv, int layer, const SsmBatch& b, 
 struct SsmBench {
   int64_t channels, H, P, N;
   bool a_per_state;
-  int d_conv = 4, bs = 16;
+  int d_conv = 4, bs;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Backend> be;
   std::unique_ptr<HostKvMemory> kv;
@@ -354,7 +361,7 @@ struct SsmBench {
   SsmBatch b;
   SsmScanParams p;
 
-  SsmBench(int shape, int n_seqs, int rows, int pos, int threads) {
+  SsmBench(int shape, int n_seqs, int rows, int pos, int threads, int block_size = 16) : bs(block_size) {
     if (shape == 0) channels = 1536, H = 1536, P = 1, N = 16, a_per_state = true;
     else channels = 1536 + 2 * 128, H = 24, P = 64, N = 128, a_per_state = false;
     pool = std::make_unique<ThreadPool>(threads);
@@ -441,13 +448,35 @@ BENCHMARK(BM_SsmDecode)
 void BM_SsmPrefill(benchmark::State& state) {
   const int rows = 512;
   SsmBench s(static_cast<int>(state.range(0)), 1, rows, 0, static_cast<int>(state.range(1)));
+  const int64_t saved = cpu::set_ssd_min_rows(state.range(2) == 2 ? 2 : state.range(2) == 3 ? 0 : INT64_MAX);
   for (auto _ : state) s.run(state.range(2) != 0);
+  cpu::set_ssd_min_rows(saved);
   state.counters["ns_per_tok"] = benchmark::Counter(static_cast<double>(state.iterations()) * rows * 1e-9,
                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_SsmPrefill)
     ->ArgNames({"shape", "t", "impl"})
     ->ArgsProduct({{0, 1}, {1, 2}, {0, 1}})
+    ->Args({1, 1, 2})
+    ->Args({1, 2, 2})
+    ->Args({1, 1, 3})
+    ->Args({1, 2, 3})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// Args: block size, threads, impl (1 recurrence, 2 SSD); shape 1, 512 rows.
+void BM_SsmPrefillBlock(benchmark::State& state) {
+  const int rows = 512;
+  SsmBench s(1, 1, rows, 0, static_cast<int>(state.range(1)), static_cast<int>(state.range(0)));
+  const int64_t saved = cpu::set_ssd_min_rows(state.range(2) == 2 ? 2 : INT64_MAX);
+  for (auto _ : state) s.run(true);
+  cpu::set_ssd_min_rows(saved);
+  state.counters["ns_per_tok"] = benchmark::Counter(static_cast<double>(state.iterations()) * rows * 1e-9,
+                                                    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_SsmPrefillBlock)
+    ->ArgNames({"bs", "t", "impl"})
+    ->ArgsProduct({{16, 64, 256}, {1, 2}, {1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

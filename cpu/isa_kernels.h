@@ -35,7 +35,9 @@ namespace infer::cpu {
 
 #define INFER_CPU_SSM_KERNELS                                                                               \
   void ssm_scan(float* h, const SsmScanRun& r);                                                             \
-  void ssm_conv_row(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv, float* out);
+  void ssm_conv_row(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv, float* out); \
+  void ssd_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb,   \
+                float* c, int64_t ldc);
 
 #define INFER_CPU_ATTENTION_KERNELS                                                                             \
   void attn_scores(const float* q, int nq, int64_t q_stride, const float* k, int n, int hd, float scale, float* s, \

@@ -119,6 +119,14 @@ struct IsaKernels {
   // transposed, [d_conv][n]).
   void (*ssm_conv_row)(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv,
                        float* out);
+  // A small matrix product of the SSD form of the scan (cpu/ssm.cpp):
+  // c[i*ldc + j] += sum_{k < K} a[i*lda + k] * b[k*ldb + j] for i < M, j < N.
+  void (*ssd_gemm)(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   float* c, int64_t ldc);
+  // Runs of at least this many rows (within one block) of a Mamba-2 scan
+  // take the SSD form built on ssd_gemm rather than ssm_scan (INT64_MAX:
+  // never), as measured with BM_SsmPrefill / BM_SsmPrefillBlock (cpu/ssm.h).
+  int64_t ssd_min_rows;
 
   // ---- matmul (cpu/matmul.cpp; internals in cpu/qmatmul.h) ----
   // Quantizes one row of n floats into int8 blocks of `block` values (n_pad

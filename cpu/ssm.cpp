@@ -5,6 +5,7 @@
 #include "cpu/ssm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -22,6 +23,80 @@ namespace {
 constexpr int kMaxConv = 16;           // taps of the convolution, at most
 constexpr int64_t kConvBlock = 256;    // channels of one convolution work item
 constexpr int64_t kScanItem = 1024;    // values of state of one scan work item, about
+constexpr int64_t kSsdChunk = 64;      // rows of one SSD chunk, at most
+
+// Runs of at least this many rows (within one block) of a Mamba-2 layer
+// take the SSD form (ssd_run); see set_ssd_min_rows.
+// 0: the ISA table's own threshold.
+std::atomic<int64_t> g_ssd_min_rows{0};
+
+inline float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+
+// The SSD (state-space duality) form of the scan for a scalar decay per
+// head: the same result as the recurrence of kern.ssm_scan, summed in
+// another order. Per chunk of n <= kSsdChunk rows and head, with a_t = dt_t
+// A the log decay of row t and s_t = a_0 + .. + a_t:
+//   y_i = sum_{k<=i} (C_i.B_k) exp(s_i - s_k) dt_k x_k + exp(s_i) h C_i
+//   h  <- exp(s_last) h + sum_k exp(s_last - s_k) dt_k x_k B_k^T
+// Every exponent is a difference s_i - s_k with k <= i (or s_i itself):
+// never positive, since A < 0 and dt >= 0. C_i.B_k is shared by the heads of
+// the call (one group). y gets the sum without the D skip and the gate, as
+// from kern.ssm_scan.
+void ssd_run(const IsaKernels& kern, float* h, const SsmScanRun& r) {
+  const int64_t P = r.head_dim, N = r.d_state;
+  constexpr int64_t L = kSsdChunk;
+  // The products go through kern.ssd_gemm (c += a b, row-major):
+  //   CB [n][n]  = C (n x N) . B^T (N x n)          once per chunk
+  //   y  [n][P]  = C (n x N) . h^T (N x P), rows scaled by exp(s_i),
+  //   y         += W (n x n) . x (n x P)             W lower triangular
+  //   h  [P][N]  = exp(s_last) h + X' (P x n) . B (n x N)
+  std::vector<float> bt(static_cast<size_t>(N * L)), ht(static_cast<size_t>(N * P)), xs(static_cast<size_t>(P * L));
+  float CB[L * L], W[L * L];
+  float s[L], dts[L], e[L];
+  for (int64_t t0 = 0; t0 < r.T; t0 += L) {
+    const int64_t n = std::min(L, r.T - t0);
+    const float* B0 = r.B + t0 * r.b_stride;
+    const float* C0 = r.C + t0 * r.c_stride;
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t q = 0; q < N; ++q) bt[q * n + k] = B0[k * r.b_stride + q];
+    std::fill(CB, CB + n * n, 0.0f);
+    kern.ssd_gemm(n, n, N, C0, r.c_stride, bt.data(), n, CB, n);
+    for (int64_t j = 0; j < r.n_head; ++j) {
+      float* hj = h + j * P * N;
+      const float bias = r.dt_bias ? r.dt_bias[j] : 0.0f;
+      const float A = r.A[j];
+      float acc = 0.0f;
+      for (int64_t t = 0; t < n; ++t) {
+        dts[t] = softplus(r.dt[(t0 + t) * r.dt_stride + j] + bias);
+        acc += dts[t] * A;
+        s[t] = acc;
+      }
+      const float* X0 = r.x + t0 * r.x_stride + j * P;
+      float* Y0 = r.y + t0 * r.y_stride + j * P;
+      // The state's contribution, then the chunk's own rows.
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t q = 0; q < N; ++q) ht[q * P + p] = hj[p * N + q];
+      for (int64_t i = 0; i < n; ++i) std::fill(Y0 + i * r.y_stride, Y0 + i * r.y_stride + P, 0.0f);
+      kern.ssd_gemm(n, P, N, C0, r.c_stride, ht.data(), P, Y0, r.y_stride);
+      for (int64_t i = 0; i < n; ++i) {
+        const float ei = std::exp(s[i]);
+        float* y = Y0 + i * r.y_stride;
+        for (int64_t p = 0; p < P; ++p) y[p] *= ei;
+        for (int64_t k = 0; k <= i; ++k) W[i * n + k] = CB[i * n + k] * std::exp(s[i] - s[k]) * dts[k];
+        for (int64_t k = i + 1; k < n; ++k) W[i * n + k] = 0.0f;
+      }
+      kern.ssd_gemm(n, P, n, W, n, X0, r.x_stride, Y0, r.y_stride);
+      // The state at the chunk's end.
+      const float last = s[n - 1];
+      const float el = std::exp(last);
+      for (int64_t k = 0; k < n; ++k) e[k] = std::exp(last - s[k]) * dts[k];
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t k = 0; k < n; ++k) xs[p * n + k] = e[k] * X0[k * r.x_stride + p];
+      for (int64_t q = 0; q < P * N; ++q) hj[q] *= el;
+      kern.ssd_gemm(P, N, n, xs.data(), n, B0, r.b_stride, hj, N);
+    }
+  }
+}
 
 // The block holding the state after position p of sequence i.
 inline int state_block(const SsmBatch& b, int i, int64_t p, int bs) {
@@ -39,6 +114,8 @@ void check_batch(const KvMemory& kv, int ssm_layer, const SsmBatch& b) {
 }
 
 }  // namespace
+
+int64_t set_ssd_min_rows(int64_t rows) { return g_ssd_min_rows.exchange(rows); }
 
 // The convolution: work items are (sequence, block of up to kConvBlock
 // channels). An item copies its channels' conv state into a local window
@@ -123,6 +200,8 @@ void ssm_scan(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
   const int64_t n_hb = G * items_per_group;
   const int64_t HP = H * P;
   const IsaKernels& kern = kernels();
+  const int64_t forced = g_ssd_min_rows.load();
+  const int64_t ssd_min = p.a_per_state ? INT64_MAX : forced > 0 ? forced : std::max<int64_t>(1, kern.ssd_min_rows);
   // Rounds: round k runs every sequence's k-th chunk (its rows up to the
   // end of a block), all heads in parallel, so the threads walk the rows
   // together (a chunk's rows stay in cache) rather than one head block each
@@ -170,7 +249,8 @@ void ssm_scan(ThreadPool& pool, KvMemory& kvm, int ssm_layer, const SsmBatch& b,
         run.c_stride = p.c_stride;
         run.y = p.y + r * HP + j0 * P;
         run.y_stride = HP;
-        kern.ssm_scan(dst, run);
+        if (T >= ssd_min) ssd_run(kern, dst, run);
+        else kern.ssm_scan(dst, run);
         // The D skip and the gate of the chunk's rows.
         for (int64_t u = r; u < r + T; ++u) {
           float* y = p.y + u * HP + j0 * P;

@@ -548,6 +548,54 @@ void ssm_scan_avx2(float* h, const SsmScanRun& r) {
   }
 }
 
+// The SSD product (cpu/kernels.h): tiles of R rows x 16 columns held in
+// registers over the whole K, a row of b loaded once per tile and k; the
+// columns past the last 16 one at a time.
+template <int R>
+void ssd_tile(int64_t j, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = _mm256_loadu_ps(c + r * ldc + j);
+    acc[r][1] = _mm256_loadu_ps(c + r * ldc + j + 8);
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + k * ldb + j), b1 = _mm256_loadu_ps(b + k * ldb + j + 8);
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+      acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm256_storeu_ps(c + r * ldc + j, acc[r][0]);
+    _mm256_storeu_ps(c + r * ldc + j + 8, acc[r][1]);
+  }
+}
+
+void ssd_gemm_avx2(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   float* c, int64_t ldc) {
+  const int64_t N16 = N / 16 * 16;
+  for (int64_t i = 0; i < M; i += 4) {
+    const int64_t R = std::min<int64_t>(4, M - i);
+    const float* ai = a + i * lda;
+    float* ci = c + i * ldc;
+    for (int64_t j = 0; j < N16; j += 16) {
+      switch (R) {
+        case 4: ssd_tile<4>(j, K, ai, lda, b, ldb, ci, ldc); break;
+        case 3: ssd_tile<3>(j, K, ai, lda, b, ldb, ci, ldc); break;
+        case 2: ssd_tile<2>(j, K, ai, lda, b, ldb, ci, ldc); break;
+        default: ssd_tile<1>(j, K, ai, lda, b, ldb, ci, ldc); break;
+      }
+    }
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t j = N16; j < N; ++j) {
+        float s = ci[r * ldc + j];
+        for (int64_t k = 0; k < K; ++k) s += ai[r * lda + k] * b[k * ldb + j];
+        ci[r * ldc + j] = s;
+      }
+  }
+}
+
 // One convolution row (cpu/kernels.h), 8 channels at a time, the tail masked.
 void ssm_conv_row_avx2(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv,
                        float* out) {
@@ -587,6 +635,10 @@ void softcap(float* x, int64_t n, float cap) { softcap_avx2(x, n, cap); }
 void gelu_erf(float* x, int64_t n) { gelu_erf_avx2(x, n); }
 void tanh_f32(float* x, int64_t n) { tanh_avx2(x, n); }
 void ssm_scan(float* h, const SsmScanRun& r) { ssm_scan_avx2(h, r); }
+void ssd_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+              int64_t ldc) {
+  ssd_gemm_avx2(M, N, K, a, lda, b, ldb, c, ldc);
+}
 void ssm_conv_row(const float* const* in, const float* wt, const float* bias, int64_t n, int d_conv, float* out) {
   ssm_conv_row_avx2(in, wt, bias, n, d_conv, out);
 }

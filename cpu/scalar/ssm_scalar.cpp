@@ -65,4 +65,13 @@ void ssm_conv_row(const float* const* in, const float* wt, const float* bias, in
   }
 }
 
+void ssd_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+              int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      const float v = a[i * lda + k];
+      for (int64_t j = 0; j < N; ++j) c[i * ldc + j] += v * b[k * ldb + j];
+    }
+}
+
 }  // namespace infer::cpu::scalar
