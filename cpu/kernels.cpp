@@ -20,7 +20,7 @@ namespace {
 constexpr IsaKernels kScalar{"scalar", INFER_CPU_TABLE(scalar, scalar), scalar::ssm_scan, scalar::ssm_conv_row,
                              scalar::ssd_gemm, INT64_MAX, scalar::quantize_acts, scalar::format_kernel, nullptr};
 constexpr IsaKernels kAvx2{"avx2", INFER_CPU_TABLE(avx2, avx2), avx2::ssm_scan, avx2::ssm_conv_row,
-                           avx2::ssd_gemm, 16, avx2::quantize_acts, avx2::format_kernel, &kScalar};
+                           avx2::ssd_gemm, INT64_MAX, avx2::quantize_acts, avx2::format_kernel, &kScalar};
 // AVX-512: its own attention, scan and matmul panels, AVX2's other kernels.
 constexpr IsaKernels kAvx512{"avx512", INFER_CPU_TABLE(avx2, avx512), avx512::ssm_scan, avx2::ssm_conv_row,
                              avx2::ssd_gemm, INT64_MAX, avx2::quantize_acts, avx512::format_kernel, &kAvx2};

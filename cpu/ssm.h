@@ -34,8 +34,10 @@ void ssm_scan(ThreadPool& pool, KvMemory& kv, int ssm_layer, const SsmBatch& b, 
 // builds ran, load 3-5): with AVX-512 the recurrence (a row of h in
 // registers) takes 8.4-12 ms, SSD 16-18 ms: never. With AVX2
 // (INFER_CPU_ISA=avx2) the recurrence takes 16.6-19.6 ms, SSD 14.6-18.1 ms,
-// ahead in 7 of 8 paired runs by 0-15% (blocks of 64: 19.0 against 16.6):
-// SSD from runs of 16 rows. Scalar: never (the reference). SSD's
+// ahead in 7 of 8 paired runs by 0-15% (blocks of 64: 19.0 against 16.6),
+// but it is off there too: a prefill's output would then depend on how the
+// scheduler cut it into chunks (see below), and the engine promises the same
+// greedy text alone and batched. Scalar: never (the reference). SSD's
 // multiply-adds are the recurrence's 2 L N P per chunk and head plus
 // L^2 P / 2 and L^2 N / 2 (C B^T, once per chunk for the call's heads).
 // With SSD on, a block's results depend on whether its rows came in one run
